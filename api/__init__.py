@@ -1,0 +1,1 @@
+"""The Litestar side of majordomus: routes projected from the registry, the live channel, MCP."""

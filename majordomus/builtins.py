@@ -1,0 +1,436 @@
+"""The built-in capabilities: `executions.*` (SPEC 3) and `capabilities.*`.
+
+Each is declared once here; its route, tool and command are projections. The control
+capabilities answer directly (they are not themselves started as executions);
+`executions.demonstrate` is an ordinary capability, runnable directly or as an execution,
+that exercises every kind of report.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from majordomus.context import Context, ExecutionCancelled
+from majordomus.engine import Engine, clamp
+from majordomus.errors import MajordomusError
+from majordomus.model import (
+    CancelOutput,
+    EventHistory,
+    ExecutionList,
+    ExecutionSnapshot,
+    ProtocolInfo,
+)
+from majordomus.registry import REGISTRY, Capability, capability
+from majordomus.states import ExecutionState
+
+NonNegative = Annotated[int, msgspec.Meta(ge=0)]
+
+
+def engine_of(ctx: Context) -> Engine:
+    if ctx.engine is None:
+        raise MajordomusError("unavailable", "this capability needs a running engine")
+    return ctx.engine
+
+
+# -- executions.start ---------------------------------------------------------------------
+
+
+class StartInput(msgspec.Struct, forbid_unknown_fields=True):
+    """The input of `executions.start`."""
+
+    capability: str
+    input: Any = None
+    """The capability's input, validated against its own schema."""
+    episode: str | None = None
+    """The episode handle, for MCP clients without a session (2026-07-28)."""
+
+
+@capability(
+    "executions.start",
+    kind="command",
+    input=StartInput,
+    output=ExecutionSnapshot,
+    title="Start an execution",
+    description=(
+        "Start a capability as an execution and answer at once with its queued snapshot. "
+        "The input is validated against the capability's schema and redacted before it is "
+        "shown anywhere. Follow it with executions.events, executions.wait or the live channel."
+    ),
+    stability="stable",
+    tags=("executions",),
+    mcp="majordomus_execution_start",
+    http=("POST", "/api/v1/executions/start"),
+    cli=("run",),
+    executable=False,
+)
+async def start(ctx: Context, inp: StartInput) -> ExecutionSnapshot:
+    return await engine_of(ctx).start(
+        inp.capability, inp.input, actor=ctx.actor, episode=ctx.episode or inp.episode
+    )
+
+
+# -- executions.list ----------------------------------------------------------------------
+
+
+class ListInput(msgspec.Struct, forbid_unknown_fields=True):
+    """The input of `executions.list`."""
+
+    state: ExecutionState | None = None
+    capability: str | None = None
+    episode: str | None = None
+    limit: NonNegative | None = None
+    """How many, newest first; the default and the bound are both 200."""
+
+
+@capability(
+    "executions.list",
+    kind="query",
+    input=ListInput,
+    output=ExecutionList,
+    title="List executions",
+    description="Executions newest first, filtered by state, capability or episode.",
+    stability="stable",
+    tags=("executions",),
+    mcp="majordomus_executions",
+    http=("GET", "/api/v1/executions"),
+    cli=("executions", "list"),
+    executable=False,
+)
+async def list_executions(ctx: Context, inp: ListInput) -> ExecutionList:
+    return await engine_of(ctx).list(inp.state, inp.capability, inp.episode, inp.limit)
+
+
+# -- executions.get -----------------------------------------------------------------------
+
+
+class GetInput(msgspec.Struct, forbid_unknown_fields=True):
+    """The input of `executions.get`."""
+
+    id: str
+
+
+@capability(
+    "executions.get",
+    kind="query",
+    input=GetInput,
+    output=ExecutionSnapshot,
+    title="Show one execution",
+    description="One execution's snapshot: state, progress, steps, output or error.",
+    stability="stable",
+    tags=("executions",),
+    mcp="majordomus_execution",
+    http=("GET", "/api/v1/executions/get"),
+    cli=("executions", "show"),
+    executable=False,
+)
+async def get(ctx: Context, inp: GetInput) -> ExecutionSnapshot:
+    return await engine_of(ctx).get(inp.id)
+
+
+# -- executions.events --------------------------------------------------------------------
+
+
+class EventsInput(msgspec.Struct, forbid_unknown_fields=True):
+    """The input of `executions.events`."""
+
+    id: str
+    """The execution's id."""
+    after: NonNegative | None = None
+    """Only events after this sequence number: the cursor a reconnecting client holds."""
+    limit: NonNegative | None = None
+    """How many, oldest first; the default and the bound are both `500`."""
+
+
+@capability(
+    "executions.events",
+    kind="query",
+    input=EventsInput,
+    output=EventHistory,
+    title="Page an execution's events",
+    description=(
+        "The retained events of one execution, oldest first, after a sequence number. The "
+        "page carries the cursor to open the live channel with, so nothing is missed "
+        "between the history and the stream; `truncated` says older events were dropped."
+    ),
+    stability="stable",
+    tags=("executions",),
+    mcp="majordomus_execution_events",
+    http=("GET", "/api/v1/executions/events"),
+    cli=("executions", "events"),
+    executable=False,
+)
+async def events(ctx: Context, inp: EventsInput) -> EventHistory:
+    return await engine_of(ctx).events(inp.id, inp.after, inp.limit)
+
+
+# -- executions.cancel --------------------------------------------------------------------
+
+
+class CancelInput(msgspec.Struct, forbid_unknown_fields=True):
+    """The input of `executions.cancel`."""
+
+    id: str
+
+
+@capability(
+    "executions.cancel",
+    kind="command",
+    input=CancelInput,
+    output=CancelOutput,
+    title="Cancel an execution",
+    description=(
+        "Ask an execution to stop. A queued one is cancelled at once; a running one moves to "
+        "cancelling and its handler sees the flag within 100 ms."
+    ),
+    stability="stable",
+    tags=("executions",),
+    mcp="majordomus_execution_cancel",
+    http=("POST", "/api/v1/executions/cancel"),
+    cli=("executions", "cancel"),
+    executable=False,
+)
+async def cancel(ctx: Context, inp: CancelInput) -> CancelOutput:
+    return await engine_of(ctx).cancel(inp.id, by=ctx.actor)
+
+
+# -- executions.protocol ------------------------------------------------------------------
+
+
+class ProtocolInput(msgspec.Struct, forbid_unknown_fields=True):
+    """`executions.protocol` takes nothing."""
+
+
+@capability(
+    "executions.protocol",
+    kind="query",
+    input=ProtocolInput,
+    output=ProtocolInfo,
+    title="Describe the live protocol",
+    description="The live channel's contract, the event and stream schemas, and every limit.",
+    stability="stable",
+    tags=("executions",),
+    mcp="majordomus_execution_protocol",
+    http=("GET", "/api/v1/executions/protocol"),
+    cli=("executions", "protocol"),
+    executable=False,
+)
+async def protocol(ctx: Context, inp: ProtocolInput) -> ProtocolInfo:
+    return engine_of(ctx).protocol()
+
+
+# -- executions.wait ----------------------------------------------------------------------
+
+
+class WaitInput(msgspec.Struct, forbid_unknown_fields=True):
+    """The input of `executions.wait`."""
+
+    id: str
+    timeout_ms: NonNegative | None = None
+    """How long to wait; the default is 30,000 and the bound 60,000."""
+
+
+@capability(
+    "executions.wait",
+    kind="query",
+    input=WaitInput,
+    output=ExecutionSnapshot,
+    title="Wait for an execution to finish",
+    description=(
+        "Answer the snapshot as soon as the execution is final, or when the timeout passes "
+        "(as it stands then): a long poll for clients without the live channel."
+    ),
+    stability="stable",
+    tags=("executions",),
+    mcp="majordomus_execution_wait",
+    http=("GET", "/api/v1/executions/wait"),
+    cli=("executions", "wait"),
+    executable=False,
+)
+async def wait(ctx: Context, inp: WaitInput) -> ExecutionSnapshot:
+    return await engine_of(ctx).wait(inp.id, inp.timeout_ms, on_event=ctx.on_progress)
+
+
+# -- executions.demonstrate ---------------------------------------------------------------
+
+
+class DemoInput(msgspec.Struct, forbid_unknown_fields=True):
+    """The input of `executions.demonstrate`; values above a bound are clamped to it."""
+
+    steps: NonNegative = 3
+    """Steps to walk; bound 100."""
+    delay_ms: NonNegative = 0
+    """Milliseconds each step takes; bound 10,000."""
+    fail_at: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Fail at this step with `internal`."""
+    log_lines: NonNegative = 1
+    """Log lines per step; bound 1,000 (a chatty run overflows the 500-event cap)."""
+
+    def __post_init__(self) -> None:
+        self.steps = clamp(self.steps, 3, 100)
+        self.delay_ms = clamp(self.delay_ms, 0, 10_000)
+        self.log_lines = clamp(self.log_lines, 1, 1000)
+
+
+class DemoOutput(msgspec.Struct):
+    steps: int
+    elapsed_ms: int
+    observed: bool
+    """True only inside an execution, where the reports became events."""
+
+
+class DemonstrationFailure(RuntimeError):
+    """The failure `fail_at` asks for: an unexpected exception, reported as `internal`."""
+
+
+@capability(
+    "executions.demonstrate",
+    kind="query",
+    input=DemoInput,
+    output=DemoOutput,
+    title="Demonstrate an execution",
+    description=(
+        "Walk a number of steps, each with log lines, a completed step and progress, so every "
+        "surface can be seen working; fail at a step on request; honours cancellation."
+    ),
+    stability="stable",
+    cancellable=True,
+    tags=("executions", "demo"),
+    mcp="majordomus_demonstrate_execution",
+    http=("GET", "/api/v1/executions/demonstrate"),
+    cli=("executions", "demonstrate"),
+)
+async def demonstrate(ctx: Context, inp: DemoInput) -> DemoOutput:
+    began = time.monotonic()
+    for i in range(1, inp.steps + 1):
+        ctx.raise_if_cancelled()
+        name = f"step-{i}"
+        ctx.step(name, f"Step {i} of {inp.steps}")
+        for line in range(1, inp.log_lines + 1):
+            ctx.log(f"step {i}: line {line} of {inp.log_lines}")
+        if inp.fail_at == i:
+            ctx.step_done(name, ok=False, detail="failing as asked (fail_at)")
+            raise DemonstrationFailure(f"demonstration failed at step {i} as asked")
+        await ctx.sleep(inp.delay_ms / 1000)
+        ctx.raise_if_cancelled()
+        ctx.step_done(name, ok=True)
+        ctx.progress(i, inp.steps, f"step {i} of {inp.steps}")
+    elapsed = int((time.monotonic() - began) * 1000)
+    return DemoOutput(inp.steps, elapsed, ctx.observed)
+
+
+# -- capabilities.* -----------------------------------------------------------------------
+
+
+class HttpRoute(msgspec.Struct):
+    method: str
+    path: str
+
+
+class ExposureView(msgspec.Struct):
+    """Where a capability is reachable; `null` says it is not on that surface."""
+
+    mcp_tool: str | None
+    http: HttpRoute | None
+    cli: str | None
+
+
+class CapabilityView(msgspec.Struct):
+    id: str
+    module: str
+    kind: str
+    title: str
+    description: str
+    stability: str
+    cancellable: bool
+    executable: bool
+    max_concurrency: int | None
+    tags: list[str]
+    exposure: ExposureView
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+
+
+class CapabilityList(msgspec.Struct):
+    count: int
+    capabilities: list[CapabilityView]
+
+
+def view_of(cap: Capability) -> CapabilityView:
+    e = cap.exposure
+    return CapabilityView(
+        id=cap.id,
+        module=cap.module,
+        kind=cap.kind,
+        title=cap.title,
+        description=cap.description,
+        stability=cap.stability,
+        cancellable=cap.cancellable,
+        executable=cap.executable,
+        max_concurrency=cap.max_concurrency,
+        tags=list(cap.tags),
+        exposure=ExposureView(
+            e.mcp_tool,
+            HttpRoute(e.http_method, e.http_path) if e.http_method and e.http_path else None,
+            "majordomus " + " ".join(e.cli_path) if e.cli_path else None,
+        ),
+        input_schema=cap.input_schema,
+        output_schema=cap.output_schema,
+    )
+
+
+class CapabilitiesInput(msgspec.Struct, forbid_unknown_fields=True):
+    """`capabilities.list` takes an optional module filter."""
+
+    module: str | None = None
+
+
+@capability(
+    "capabilities.list",
+    kind="query",
+    input=CapabilitiesInput,
+    output=CapabilityList,
+    title="List capabilities",
+    description="Every capability this server knows, with its schemas and exposures.",
+    stability="stable",
+    tags=("registry",),
+    mcp="majordomus_capabilities",
+    http=("GET", "/api/v1/capabilities"),
+    cli=("capabilities", "list"),
+    executable=False,
+)
+async def list_capabilities(ctx: Context, inp: CapabilitiesInput) -> CapabilityList:
+    registry = ctx.engine.registry if ctx.engine else REGISTRY
+    views = [view_of(c) for c in registry if inp.module in (None, c.module)]
+    return CapabilityList(len(views), views)
+
+
+class DescribeInput(msgspec.Struct, forbid_unknown_fields=True):
+    """The capability to describe."""
+
+    id: str
+
+
+@capability(
+    "capabilities.describe",
+    kind="query",
+    input=DescribeInput,
+    output=CapabilityView,
+    title="Describe a capability",
+    description="One capability: its description, schemas and where it is exposed.",
+    stability="stable",
+    tags=("registry",),
+    mcp="majordomus_capability",
+    http=("GET", "/api/v1/capability"),
+    cli=("capabilities", "describe"),
+    executable=False,
+)
+async def describe_capability(ctx: Context, inp: DescribeInput) -> CapabilityView:
+    registry = ctx.engine.registry if ctx.engine else REGISTRY
+    return view_of(registry.require(inp.id))
+
+
+__all__ = ["DemoInput", "DemoOutput", "ExecutionCancelled", "UNSET", "UnsetType"]

@@ -1,0 +1,95 @@
+"""Configuration: one typed struct read once from the `MAJORDOMUS_*` environment.
+
+Every limit the product keeps is a field here with its default, so `executions.protocol`
+can report them as configured and the README's settings table can be checked against this
+type. Fixed limits of the protocol (the 500-entry stream, the 200-execution list bound)
+are named in `LIMITS` beside it: they are part of the contract, not settings.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Any
+
+import msgspec
+
+ENV_PREFIX = "MAJORDOMUS_"
+
+
+class Settings(msgspec.Struct, kw_only=True, frozen=True):
+    """Every setting, with its default. The environment name is `MAJORDOMUS_<FIELD>`."""
+
+    redis_url: str | None = None
+    """The Redis every API process and worker shares; unset: `dev` embeds one."""
+    capabilities: list[str] = []
+    """Comma-separated Python modules whose capabilities are loaded beside the built-ins."""
+    max_jobs: int = 10
+    """Executions one worker runs at once."""
+    lease_seconds: float = 15.0
+    """How long a silent worker's executions stay `running` before they are failed."""
+    cancel_grace: float = 10.0
+    """How long an async handler that ignores its cancel flag runs on before it is stopped."""
+    shutdown_grace: float = 10.0
+    """How long a worker told to stop lets running executions finish before cancelling them."""
+    retain_seconds: int = 7 * 24 * 3600
+    """How long finished executions and closed episodes are kept."""
+    retain_executions: int = 10_000
+    """How many finished executions are kept at most (oldest go first)."""
+    max_live: int = 1024
+    """Open live (SSE) channels per API process."""
+    heartbeat_seconds: float = 15.0
+    """Seconds between comment heartbeats on a live channel."""
+    api_token: str | None = None
+    """When set, every API route but live/ready needs `Authorization: Bearer <token>`."""
+    reattach_grace: float = 900.0
+    """Seconds a detached episode waits for its client before the reaper closes it."""
+    poll_seconds: float = 1.0
+    """A worker's long-poll fallback when no wake-up signal arrives."""
+    feed_max_events: int = 10_000
+    """Entries kept in the global feed that the unscoped live channel resumes from."""
+    key_prefix: str = "md"
+    """Prefix of every Redis key majordomus writes (arq's queue uses `<prefix>:queue`)."""
+    api_url: str | None = None
+    """For the CLI: go through this API instead of straight to Redis."""
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
+        env = os.environ if environ is None else environ
+        raw: dict[str, Any] = {}
+        for name in cls.__struct_fields__:
+            value = env.get(ENV_PREFIX + name.upper())
+            if value is None or value == "":
+                continue
+            if name == "capabilities":
+                raw[name] = [m.strip() for m in value.split(",") if m.strip()]
+            else:
+                raw[name] = value
+        raw.update(overrides)
+        try:
+            return msgspec.convert(raw, cls, strict=False)
+        except msgspec.ValidationError as exc:
+            raise SystemExit(f"majordomus: bad configuration: {exc}") from None
+
+
+class Limits(msgspec.Struct, frozen=True):
+    """Bounds of the protocol itself; each is also the default where a request may name one."""
+
+    stream_events: int = 500
+    page_events: int = 500
+    list_executions: int = 200
+    diagnostics: int = 200
+    log_line_chars: int = 2000
+    validation_problems: int = 5
+    wait_default_ms: int = 30_000
+    wait_bound_ms: int = 60_000
+    body_bytes: int = 1024 * 1024
+
+
+LIMITS = Limits()
+
+
+@lru_cache(maxsize=1)
+def settings() -> Settings:
+    """The process's settings, read once."""
+    return Settings.from_env()

@@ -1,0 +1,360 @@
+"""The engine: what every surface calls to start, cancel, read and wait on executions.
+
+It validates and redacts input, creates and enqueues executions through the store, reads
+snapshots and pages back as typed values, and calls a capability directly (with a silent
+context) when a surface invokes it rather than starting it. It names no Redis command and
+knows nothing of HTTP, MCP or the CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+from arq.jobs import serialize_job
+from redis.asyncio import Redis
+
+from majordomus.config import LIMITS, Settings
+from majordomus.context import Context
+from majordomus.errors import ExecutionError, MajordomusError, not_found, refused
+from majordomus.ids import PROTOCOL_VERSION, new_execution_id, require_execution_id
+from majordomus.model import (
+    STREAM_TYPES,
+    CancelOutput,
+    CreatedData,
+    EventHistory,
+    ExecutionDiagnostic,
+    ExecutionEvent,
+    ExecutionLinks,
+    ExecutionList,
+    ExecutionSnapshot,
+    LiveChannel,
+    ProgressView,
+    ProtocolInfo,
+    StepView,
+    StreamMessage,
+    EVENT_TYPES,
+    TERMINAL_EVENT_TYPES,
+    event_decoder,
+    event_type_of,
+)
+from majordomus.registry import Capability, Registry
+from majordomus.schemas import redact, schema_of, validate_input
+from majordomus.states import FINAL, is_final
+from majordomus.store import Store, encode
+
+RUN_EXECUTION = "run_execution"
+"""The one arq function every execution runs as (its arguments: id and capability)."""
+
+LIVE_PATH = "/events"
+
+_steps_decoder = msgspec.json.Decoder(list[StepView])
+_diags_decoder = msgspec.json.Decoder(list[ExecutionDiagnostic])
+_error_decoder = msgspec.json.Decoder(ExecutionError)
+_progress_decoder = msgspec.json.Decoder(ProgressView)
+
+
+def clamp(value: int | None, default: int, bound: int) -> int:
+    """A numeric input as the protocol reads it: absent is the default, above the bound is it."""
+    if value is None:
+        return default
+    return min(value, bound)
+
+
+def job_payload(execution_id: str, capability: str) -> bytes:
+    """arq's job, serialized with msgspec (never pickle); it carries no input at all."""
+    return serialize_job(
+        RUN_EXECUTION,
+        (execution_id, capability),
+        {},
+        None,
+        int(time.time() * 1000),
+        serializer=msgspec.msgpack.encode,
+    )
+
+
+OnEvent = Callable[[ExecutionEvent], Awaitable[None] | None]
+
+
+class Engine:
+    def __init__(self, redis: Redis, registry: Registry, settings: Settings) -> None:
+        self.redis = redis
+        self.registry = registry
+        self.settings = settings
+        self.store = Store(redis, settings)
+
+    # -- direct calls -------------------------------------------------------------------
+
+    async def invoke(
+        self,
+        capability_id: str,
+        raw_input: Any,
+        *,
+        actor: str = "internal",
+        episode: str | None = None,
+        ctx: Context | None = None,
+    ) -> Any:
+        """Run a capability's handler here and now (not as an execution)."""
+        cap = self.registry.require(capability_id)
+        value = raw_input if isinstance(raw_input, cap.input) else validate_input(cap.input, raw_input)
+        return await call_handler(cap, ctx or Context(self, actor, episode), value)
+
+    # -- executions ---------------------------------------------------------------------
+
+    async def start(
+        self,
+        capability_id: str,
+        raw_input: Any = None,
+        *,
+        actor: str = "internal",
+        episode: str | None = None,
+    ) -> ExecutionSnapshot:
+        cap = self.registry.require(capability_id)
+        if not cap.executable:
+            raise refused(
+                f"{cap.id} answers directly and is not started as an execution",
+                f"call it instead: {cap.exposure.http_method} {cap.exposure.http_path}",
+            )
+        value = validate_input(cap.input, raw_input)
+        plain = msgspec.to_builtins(value)
+        shown = redact(cap.input, plain)
+        execution_id = new_execution_id()
+        _, created_at = await self.store.create(
+            execution_id,
+            capability=cap.id,
+            title=cap.title,
+            input_json=encode(shown),
+            created_data=encode(CreatedData(cap.id, cap.title, shown)),
+            secret_json=encode(plain),
+            cancellable=cap.cancellable,
+            actor=actor,
+            episode=episode,
+            job=job_payload(execution_id, cap.id),
+        )
+        # Built here rather than read back: the answer is the queued snapshot even when a
+        # worker has already picked the execution up.
+        return ExecutionSnapshot(
+            id=execution_id,
+            capability=cap.id,
+            title=cap.title,
+            state="queued",
+            created_at=created_at,
+            input=shown,
+            steps=[],
+            diagnostics=[],
+            last_sequence=2,
+            event_count=2,
+            events_truncated=False,
+            cancellable=cap.cancellable,
+            actor=actor,  # type: ignore[arg-type]
+            episode=episode if episode else msgspec.UNSET,
+            attempt=0,
+            correlation_id=execution_id,
+            links=self.links(execution_id),
+        )
+
+    async def get(self, execution_id: str) -> ExecutionSnapshot:
+        execution_id = require_execution_id(execution_id)
+        raw = await self.store.snapshot(execution_id)
+        if raw is None:
+            raise _unknown(execution_id)
+        return self.snapshot_from(raw)
+
+    async def events(
+        self, execution_id: str, after: int | None = None, limit: int | None = None
+    ) -> EventHistory:
+        execution_id = require_execution_id(execution_id)
+        after = after or 0
+        limit = clamp(limit, LIMITS.page_events, LIMITS.page_events)
+        page = await self.store.page(execution_id, after, limit)
+        if page is None:
+            raise _unknown(execution_id)
+        events = [event_decoder.decode(e) for e in page.events]
+        last = events[-1].sequence if events else max(after, page.last_sequence)
+        return EventHistory(
+            execution_id=execution_id,
+            state=page.state,  # type: ignore[arg-type]
+            events=events,
+            last_sequence=last,
+            more=page.more,
+            truncated=page.truncated,
+        )
+
+    async def list(
+        self,
+        state: str | None = None,
+        capability: str | None = None,
+        episode: str | None = None,
+        limit: int | None = None,
+    ) -> ExecutionList:
+        limit = clamp(limit, LIMITS.list_executions, LIMITS.list_executions)
+        found: list[ExecutionSnapshot] = []
+        start = 0
+        chunk = LIMITS.list_executions
+        while len(found) < limit:
+            ids = await self.store.ids_newest_first(start, chunk)
+            if not ids:
+                break
+            start += len(ids)
+            raws = await self.store.snapshots(ids)
+            missing = [i for i, r in zip(ids, raws) if not r]
+            await self.store.forget_missing(missing)
+            for raw in raws:
+                if not raw or not _matches(raw, state, capability, episode):
+                    continue
+                found.append(self.snapshot_from(raw))
+                if len(found) >= limit:
+                    break
+        queued, running = await self.store.counts()
+        return ExecutionList(len(found), queued + running, queued, found)
+
+    async def cancel(self, execution_id: str, by: str = "user") -> CancelOutput:
+        execution_id = require_execution_id(execution_id)
+        for _ in range(5):
+            raw = await self.store.snapshot(execution_id)
+            if raw is None:
+                raise _unknown(execution_id)
+            state = raw[b"state"].decode()
+            cancellable = raw.get(b"cancellable") == b"1"
+            if state in FINAL:
+                return CancelOutput("already_finished", cancellable, self.snapshot_from(raw))
+            if state == "cancelling":
+                return CancelOutput("already_requested", cancellable, self.snapshot_from(raw))
+            event = ("execution.cancelled", b"") if state == "queued" else (
+                "execution.cancelling",
+                encode({"by": by}),
+            )
+            result = await self.store.append(execution_id, [event])
+            if result.complete:
+                return CancelOutput("requested", cancellable, await self.get(execution_id))
+            # The state moved under us (picked up, or finished): look again.
+        raise MajordomusError("unavailable", "the execution kept changing state; try again")
+
+    async def wait(
+        self,
+        execution_id: str,
+        timeout_ms: int | None = None,
+        on_event: OnEvent | None = None,
+    ) -> ExecutionSnapshot:
+        """The snapshot once final, or as it stands when the timeout passes."""
+        timeout = clamp(timeout_ms, LIMITS.wait_default_ms, LIMITS.wait_bound_ms)
+        deadline = time.monotonic() + timeout / 1000
+        snap = await self.get(execution_id)
+        cursor = snap.last_sequence
+        while not is_final(snap.state):
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0:
+                break
+            raws = await self.store.read_stream_after(execution_id, cursor, min(remaining_ms, 5000))
+            ended = False
+            for raw in raws:
+                event = event_decoder.decode(raw)
+                cursor = event.sequence
+                ended = ended or event_type_of(event) in TERMINAL_EVENT_TYPES
+                if on_event is not None:
+                    maybe = on_event(event)
+                    if asyncio.iscoroutine(maybe):
+                        await maybe
+            if ended or not raws:
+                snap = await self.get(execution_id)
+        return snap
+
+    def protocol(self) -> ProtocolInfo:
+        s = self.settings
+        return ProtocolInfo(
+            protocol_version=PROTOCOL_VERSION,
+            live=LiveChannel(
+                path=LIVE_PATH,
+                parameters={
+                    "execution": "an execution id; absent: every execution's events",
+                    "after": "the last sequence (or feed id) seen; Last-Event-ID wins",
+                },
+                headers={"Accept": "text/event-stream", "Last-Event-ID": "the cursor to resume"},
+            ),
+            heartbeat_seconds=s.heartbeat_seconds,
+            event_types=list(EVENT_TYPES),
+            stream_types=list(STREAM_TYPES),
+            event_schema=schema_of(ExecutionEvent),
+            stream_schema=schema_of(StreamMessage),
+            limits=msgspec.to_builtins(LIMITS),
+            settings={
+                k: v
+                for k, v in msgspec.to_builtins(s).items()
+                if k not in ("api_token", "redis_url")
+            },
+        )
+
+    # -- projections ----------------------------------------------------------------------
+
+    def links(self, execution_id: str) -> ExecutionLinks:
+        reg = self.registry
+        return ExecutionLinks(
+            self_=f"{reg.route_of('executions.get')}?id={execution_id}",
+            events=f"{reg.route_of('executions.events')}?id={execution_id}",
+            cancel=reg.route_of("executions.cancel"),
+            live=f"{LIVE_PATH}?execution={execution_id}",
+        )
+
+    def snapshot_from(self, raw: dict[bytes, bytes]) -> ExecutionSnapshot:
+        execution_id = raw[b"id"].decode()
+        last_seq = int(raw[b"last_seq"])
+        unset = msgspec.UNSET
+        return ExecutionSnapshot(
+            id=execution_id,
+            capability=raw[b"capability"].decode(),
+            title=raw[b"title"].decode(),
+            state=raw[b"state"].decode(),  # type: ignore[arg-type]
+            created_at=raw[b"created_at"].decode(),
+            started_at=_text(raw.get(b"started_at")),
+            finished_at=_text(raw.get(b"finished_at")),
+            duration_ms=int(raw[b"duration_ms"]) if b"duration_ms" in raw else unset,
+            input=msgspec.json.decode(raw[b"input"]),
+            output=msgspec.json.decode(raw[b"output"]) if b"output" in raw else unset,
+            error=_error_decoder.decode(raw[b"error"]) if b"error" in raw else unset,
+            progress=_progress_decoder.decode(raw[b"progress"]) if b"progress" in raw else unset,
+            steps=_steps_decoder.decode(raw.get(b"steps", b"[]")),
+            diagnostics=_diags_decoder.decode(raw.get(b"diagnostics", b"[]")),
+            last_sequence=last_seq,
+            event_count=min(last_seq, LIMITS.stream_events),
+            events_truncated=last_seq > LIMITS.stream_events,
+            cancellable=raw.get(b"cancellable") == b"1",
+            actor=raw.get(b"actor", b"internal").decode(),  # type: ignore[arg-type]
+            episode=_text(raw.get(b"episode")),
+            worker=_text(raw.get(b"worker")),
+            attempt=int(raw.get(b"attempt", 0)),
+            correlation_id=execution_id,
+            links=self.links(execution_id),
+        )
+
+
+async def call_handler(cap: Capability, ctx: Context, value: Any) -> Any:
+    """Call a handler with its context: awaited when async, in a thread when plain."""
+    if asyncio.iscoroutinefunction(cap.handler):
+        return await cap.handler(ctx, value)
+    return await asyncio.to_thread(cap.handler, ctx, value)
+
+
+def _matches(
+    raw: dict[bytes, bytes], state: str | None, capability: str | None, episode: str | None
+) -> bool:
+    if state and raw.get(b"state", b"").decode() != state:
+        return False
+    if capability and raw.get(b"capability", b"").decode() != capability:
+        return False
+    if episode and raw.get(b"episode", b"").decode() != episode:
+        return False
+    return True
+
+
+def _text(value: bytes | None) -> Any:
+    return value.decode() if value is not None else msgspec.UNSET
+
+
+def _unknown(execution_id: str) -> MajordomusError:
+    return not_found(
+        f"there is no execution {execution_id}",
+        "it may have finished longer ago than the retention; list them with executions.list",
+    )

@@ -1,0 +1,57 @@
+"""Every Redis key majordomus writes, built in this one module.
+
+Keys of one execution share the hash tag `{<execution id>}`, so a Redis Cluster keeps them
+in one slot. The indexes (all executions, by state, finished) and the global feed are
+process-wide keys; the scripts that touch both an execution and an index are therefore
+single-node (or Sentinel) operations, which is what majordomus is deployed on today.
+"""
+
+from __future__ import annotations
+
+
+class Keys:
+    def __init__(self, prefix: str = "md") -> None:
+        self.prefix = prefix
+        # arq's queue: the sorted set of job ids arq workers poll.
+        self.queue = f"{prefix}:queue"
+        self.all = f"{prefix}:idx:all"
+        self.queued = f"{prefix}:idx:queued"
+        self.running = f"{prefix}:idx:running"
+        self.finished = f"{prefix}:idx:finished"
+        self.feed = f"{prefix}:feed"
+        self.workers = f"{prefix}:workers"
+        self.wake_channel = f"{prefix}:wake"
+        self.cancel_channel = f"{prefix}:cancel"
+        self.episodes = f"{prefix}:episodes"
+        self.episodes_closed = f"{prefix}:episodes:closed"
+
+    def snapshot(self, execution_id: str) -> str:
+        return f"{self.prefix}:x:{{{execution_id}}}"
+
+    def events(self, execution_id: str) -> str:
+        return f"{self.prefix}:x:{{{execution_id}}}:events"
+
+    def secret_input(self, execution_id: str) -> str:
+        return f"{self.prefix}:x:{{{execution_id}}}:input"
+
+    def execution_keys(self, execution_id: str) -> list[str]:
+        return [
+            self.snapshot(execution_id),
+            self.events(execution_id),
+            self.secret_input(execution_id),
+        ]
+
+    def worker(self, worker_id: str) -> str:
+        return f"{self.prefix}:worker:{worker_id}"
+
+    def lease(self, worker_id: str) -> str:
+        return f"{self.prefix}:lease:{worker_id}"
+
+    def concurrency(self, capability: str) -> str:
+        return f"{self.prefix}:conc:{capability}"
+
+    def episode(self, external_id: str) -> str:
+        return f"{self.prefix}:ep:{{{external_id}}}"
+
+    def episode_lease(self, external_id: str) -> str:
+        return f"{self.prefix}:ep:{{{external_id}}}:lease"

@@ -1,0 +1,118 @@
+-- Append events to one execution, atomically: check each state move against the one
+-- table of moves, assign the next dense sequence, write the stream entry (exactly 500 kept)
+-- and the global feed entry, and fold the event into the snapshot. The first event that
+-- is refused (an illegal move, or anything after a final state) stops the batch and
+-- consumes no sequence.
+--
+-- KEYS: snapshot, events, feed, idx:queued, idx:running, idx:finished, secret input
+-- ARGV: id, timestamp, now_ms, retain_seconds, feed_max, worker, cancel_channel,
+--       stream_max, n, read_secret ('1': answer the worker-only input too, for a claim),
+--       then n pairs (type, data JSON or '')
+local TRANSITIONS = --@TRANSITIONS@
+local STATE_OF = --@STATE_OF@
+
+local snap, stream, feed = KEYS[1], KEYS[2], KEYS[3]
+local id, ts, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local retain, feed_max, worker, cancel_channel = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
+local stream_max, n, read_secret = ARGV[8], tonumber(ARGV[9]), ARGV[10]
+
+local cur = redis.call('HMGET', snap, 'state', 'last_seq', 'steps', 'diagnostics', 'diag_count')
+local state = cur[1]
+if not state then return {-1, 0, '', 0} end
+local seq = tonumber(cur[2])
+local steps_json, diags, diag_count = cur[3], cur[4], tonumber(cur[5])
+local steps = nil
+local changed = {}
+local applied = 0
+
+local function is_final(s) return next(TRANSITIONS[s]) == nil end
+
+for i = 1, n do
+  local t, d = ARGV[9 + 2 * i], ARGV[10 + 2 * i]
+  if is_final(state) then break end
+  local target = STATE_OF[t]
+  if target and not TRANSITIONS[state][target] then break end
+  seq = seq + 1
+  local env = '{"schema_version":"1","event_id":"' .. id .. '#' .. seq .. '","execution_id":"' .. id ..
+    '","sequence":' .. seq .. ',"timestamp":"' .. ts .. '","type":"' .. t .. '"'
+  if d ~= '' then env = env .. ',"data":' .. d end
+  env = env .. '}'
+  redis.call('XADD', stream, 'MAXLEN', stream_max, seq .. '-0', 'e', env)
+  redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', seq, 'e', env)
+  applied = applied + 1
+  if target then
+    state = target
+    if t == 'execution.started' then
+      redis.call('HINCRBY', snap, 'attempt', 1)
+      changed[#changed + 1] = 'started_at'; changed[#changed + 1] = ts
+      changed[#changed + 1] = 'started_ms'; changed[#changed + 1] = now
+      if worker ~= '' then changed[#changed + 1] = 'worker'; changed[#changed + 1] = worker end
+      redis.call('ZREM', KEYS[4], id)
+      redis.call('ZADD', KEYS[5], now, id)
+    elseif t == 'execution.cancelling' then
+      redis.call('PUBLISH', cancel_channel, id)
+    else
+      if t == 'execution.completed' then
+        changed[#changed + 1] = 'output'; changed[#changed + 1] = string.sub(d, 11, -2)
+      elseif t == 'execution.failed' then
+        changed[#changed + 1] = 'error'; changed[#changed + 1] = string.sub(d, 10, -2)
+      end
+      changed[#changed + 1] = 'finished_at'; changed[#changed + 1] = ts
+      local started = redis.call('HGET', snap, 'started_ms')
+      if started then
+        changed[#changed + 1] = 'duration_ms'; changed[#changed + 1] = now - tonumber(started)
+      end
+      redis.call('ZREM', KEYS[4], id)
+      redis.call('ZREM', KEYS[5], id)
+      redis.call('ZADD', KEYS[6], now, id)
+      redis.call('DEL', KEYS[7])
+    end
+  elseif t == 'execution.progress' then
+    changed[#changed + 1] = 'progress'; changed[#changed + 1] = d
+  elseif t == 'execution.step.started' then
+    steps = steps or cjson.decode(steps_json)
+    local s = cjson.decode(d)
+    steps[#steps + 1] = {name = s.name, title = s.title, state = 'running', started_at = ts}
+  elseif t == 'execution.step.completed' then
+    steps = steps or cjson.decode(steps_json)
+    local s = cjson.decode(d)
+    local found = nil
+    for j = #steps, 1, -1 do
+      if steps[j].name == s.name and steps[j].state == 'running' then found = steps[j]; break end
+    end
+    if not found then
+      found = {name = s.name, title = s.name, started_at = ts}
+      steps[#steps + 1] = found
+    end
+    found.state = s.ok and 'completed' or 'failed'
+    found.finished_at = ts
+    if s.detail and s.detail ~= cjson.null then found.detail = s.detail end
+  elseif t == 'execution.diagnostic' then
+    if diag_count < 200 then
+      if diag_count == 0 then diags = '[' .. d .. ']' else diags = string.sub(diags, 1, -2) .. ',' .. d .. ']' end
+      diag_count = diag_count + 1
+      changed[#changed + 1] = 'diagnostics'; changed[#changed + 1] = diags
+      changed[#changed + 1] = 'diag_count'; changed[#changed + 1] = diag_count
+    end
+  end
+end
+
+if applied > 0 then
+  if steps then
+    changed[#changed + 1] = 'steps'
+    changed[#changed + 1] = (#steps == 0) and '[]' or cjson.encode(steps)
+  end
+  changed[#changed + 1] = 'state'; changed[#changed + 1] = state
+  changed[#changed + 1] = 'last_seq'; changed[#changed + 1] = seq
+  redis.call('HSET', snap, unpack(changed))
+  if is_final(state) then
+    redis.call('EXPIRE', snap, retain)
+    redis.call('EXPIRE', stream, retain)
+  end
+end
+local code = 1
+if applied < n then code = 0 end
+if read_secret == '1' and applied == n then
+  return {code, seq, state, applied, redis.call('GET', KEYS[7])}
+end
+return {code, seq, state, applied}

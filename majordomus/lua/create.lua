@@ -1,0 +1,33 @@
+-- Create one execution and enqueue it, atomically: the snapshot, `execution.created` (1)
+-- and `execution.queued` (2), the indexes, the worker-only input, arq's job and its queue
+-- entry, and the wake-up signal idle workers wait on. Nothing exists if any part does not.
+--
+-- KEYS: snapshot, events, feed, idx:all, idx:queued, secret input, arq queue, arq job
+-- ARGV: id, timestamp, now_ms, feed_max, capability, title, input JSON (redacted),
+--       cancellable, actor, episode, secret JSON or '', arq job bytes, job ttl ms,
+--       created data JSON, wake channel
+local snap, stream, feed = KEYS[1], KEYS[2], KEYS[3]
+local id, ts, now, feed_max = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if redis.call('EXISTS', snap) == 1 then return -1 end
+local ahead = redis.call('ZCARD', KEYS[5])
+local fields = {'id', id, 'capability', ARGV[5], 'title', ARGV[6], 'input', ARGV[7],
+  'cancellable', ARGV[8], 'actor', ARGV[9], 'state', 'queued', 'created_at', ts,
+  'created_ms', now, 'last_seq', 2, 'attempt', 0, 'steps', '[]', 'diagnostics', '[]',
+  'diag_count', 0}
+if ARGV[10] ~= '' then fields[#fields + 1] = 'episode'; fields[#fields + 1] = ARGV[10] end
+redis.call('HSET', snap, unpack(fields))
+local head = '{"schema_version":"1","event_id":"' .. id .. '#'
+local mid = '","execution_id":"' .. id .. '","sequence":'
+local e1 = head .. '1' .. mid .. '1,"timestamp":"' .. ts .. '","type":"execution.created","data":' .. ARGV[14] .. '}'
+local e2 = head .. '2' .. mid .. '2,"timestamp":"' .. ts .. '","type":"execution.queued","data":{"ahead":' .. ahead .. '}}'
+redis.call('XADD', stream, '1-0', 'e', e1)
+redis.call('XADD', stream, '2-0', 'e', e2)
+redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 1, 'e', e1)
+redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 2, 'e', e2)
+redis.call('ZADD', KEYS[4], now, id)
+redis.call('ZADD', KEYS[5], now, id)
+if ARGV[11] ~= '' then redis.call('SET', KEYS[6], ARGV[11], 'PX', ARGV[13]) end
+redis.call('SET', KEYS[8], ARGV[12], 'PX', ARGV[13])
+redis.call('ZADD', KEYS[7], now, id)
+redis.call('PUBLISH', ARGV[15], id)
+return ahead

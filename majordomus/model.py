@@ -1,0 +1,291 @@
+"""The wire types of executions: the twelve events, the snapshot, pages, control messages.
+
+Each type is a msgspec Struct, so validation, encoding and JSON Schema come from one
+definition. Events are a tagged union on `type` with their payload under `data`, the
+envelope of `schemas/EventHistory.schema.json`. Optional members are `UNSET` and so
+omitted, never null.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Union
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from majordomus.errors import ExecutionError
+from majordomus.states import ExecutionState
+
+Severity = Literal["info", "warning", "error"]
+LogStream = Literal["stdout", "stderr", "handler"]
+Actor = Literal["http", "mcp", "cli", "internal"]
+
+
+class EventEnvelope(msgspec.Struct, tag_field="type", kw_only=True):
+    schema_version: str
+    event_id: str
+    execution_id: str
+    sequence: int
+    timestamp: str
+
+
+class CreatedData(msgspec.Struct):
+    capability: str
+    title: str
+    input: Any
+
+
+class QueuedData(msgspec.Struct):
+    ahead: int
+
+
+class ProgressView(msgspec.Struct, omit_defaults=True):
+    """How far along an execution is."""
+
+    current: int
+    total: int | None = None
+    message: str | None = None
+
+
+class StepStartedData(msgspec.Struct):
+    name: str
+    title: str
+
+
+class StepCompletedData(msgspec.Struct, omit_defaults=True):
+    name: str
+    ok: bool
+    detail: str | None = None
+
+
+class LogData(msgspec.Struct):
+    stream: LogStream
+    message: str
+
+
+class ExecutionDiagnostic(msgspec.Struct, omit_defaults=True):
+    """A structured finding an execution reported on its way, distinct from its outcome."""
+
+    severity: Severity
+    code: str
+    summary: str
+    detail: str | None = None
+    suggestion: str | None = None
+
+
+class CancellingData(msgspec.Struct):
+    by: str
+
+
+class CompletedData(msgspec.Struct):
+    output: Any
+
+
+class FailedData(msgspec.Struct):
+    error: ExecutionError
+
+
+class ExecutionCreated(EventEnvelope, tag="execution.created"):
+    data: CreatedData
+
+
+class ExecutionQueued(EventEnvelope, tag="execution.queued"):
+    data: QueuedData
+
+
+class ExecutionStarted(EventEnvelope, tag="execution.started"):
+    pass
+
+
+class ExecutionProgress(EventEnvelope, tag="execution.progress"):
+    data: ProgressView
+
+
+class ExecutionStepStarted(EventEnvelope, tag="execution.step.started"):
+    data: StepStartedData
+
+
+class ExecutionStepCompleted(EventEnvelope, tag="execution.step.completed"):
+    data: StepCompletedData
+
+
+class ExecutionLog(EventEnvelope, tag="execution.log"):
+    data: LogData
+
+
+class ExecutionDiagnosticEvent(EventEnvelope, tag="execution.diagnostic"):
+    data: ExecutionDiagnostic
+
+
+class ExecutionCancelling(EventEnvelope, tag="execution.cancelling"):
+    data: CancellingData
+
+
+class ExecutionCancelled(EventEnvelope, tag="execution.cancelled"):
+    pass
+
+
+class ExecutionCompleted(EventEnvelope, tag="execution.completed"):
+    data: CompletedData
+
+
+class ExecutionFailed(EventEnvelope, tag="execution.failed"):
+    data: FailedData
+
+
+ExecutionEvent = Union[
+    ExecutionCreated,
+    ExecutionQueued,
+    ExecutionStarted,
+    ExecutionProgress,
+    ExecutionStepStarted,
+    ExecutionStepCompleted,
+    ExecutionLog,
+    ExecutionDiagnosticEvent,
+    ExecutionCancelling,
+    ExecutionCancelled,
+    ExecutionCompleted,
+    ExecutionFailed,
+]
+
+EVENT_TYPES: tuple[str, ...] = tuple(
+    t.__struct_config__.tag for t in ExecutionEvent.__args__  # type: ignore[attr-defined]
+)
+TERMINAL_EVENT_TYPES = frozenset({"execution.completed", "execution.failed", "execution.cancelled"})
+
+
+class StepView(msgspec.Struct, omit_defaults=True):
+    name: str
+    title: str
+    state: Literal["running", "completed", "failed"]
+    started_at: str
+    finished_at: str | UnsetType = UNSET
+    detail: str | UnsetType = UNSET
+
+
+class ExecutionLinks(msgspec.Struct, rename={"self_": "self"}):
+    self_: str
+    events: str
+    cancel: str
+    live: str
+
+
+class ExecutionSnapshot(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One execution as it stands: the answer of `executions.get`."""
+
+    id: str
+    capability: str
+    title: str
+    state: ExecutionState
+    created_at: str
+    started_at: str | UnsetType = UNSET
+    finished_at: str | UnsetType = UNSET
+    duration_ms: int | UnsetType = UNSET
+    input: Any
+    output: Any | UnsetType = UNSET
+    error: ExecutionError | UnsetType = UNSET
+    progress: ProgressView | UnsetType = UNSET
+    steps: list[StepView]
+    diagnostics: list[ExecutionDiagnostic]
+    last_sequence: int
+    event_count: int
+    events_truncated: bool
+    cancellable: bool
+    actor: Actor
+    episode: str | UnsetType = UNSET
+    worker: str | UnsetType = UNSET
+    attempt: int
+    correlation_id: str
+    links: ExecutionLinks
+
+
+class EventHistory(msgspec.Struct):
+    """The answer of `executions.events`: one page of an execution's retained history."""
+
+    execution_id: str
+    state: ExecutionState
+    events: list[ExecutionEvent]
+    last_sequence: int
+    more: bool
+    truncated: bool
+
+
+event_decoder = msgspec.json.Decoder(ExecutionEvent)
+
+
+def event_type_of(event: ExecutionEvent) -> str:
+    """An event's `type` (the union's tag, which msgspec keeps on the class)."""
+    return str(event.__struct_config__.tag)
+
+
+class ExecutionList(msgspec.Struct):
+    """The answer of `executions.list`: newest first, with the cluster's queue at a glance."""
+
+    count: int
+    active: int
+    queued: int
+    executions: list[ExecutionSnapshot]
+
+
+class CancelOutput(msgspec.Struct):
+    """The answer of `executions.cancel`."""
+
+    outcome: Literal["requested", "already_requested", "already_finished"]
+    cancellable: bool
+    execution: ExecutionSnapshot
+
+
+# -- the live channel's control messages (no sequence; same `{type, data}` envelope) --------
+
+
+class StreamReadyData(msgspec.Struct, omit_defaults=True):
+    protocol_version: str
+    scope: Literal["all", "executions"]
+    replayed: int
+    truncated: bool
+    heartbeat_seconds: float
+    executions: list[str] | UnsetType = UNSET
+
+
+class StreamLaggedData(msgspec.Struct):
+    dropped: int
+
+
+class StreamClosingData(msgspec.Struct):
+    reason: str
+
+
+class StreamReady(msgspec.Struct, tag_field="type", tag="stream.ready"):
+    data: StreamReadyData
+
+
+class StreamLagged(msgspec.Struct, tag_field="type", tag="stream.lagged"):
+    data: StreamLaggedData
+
+
+class StreamClosing(msgspec.Struct, tag_field="type", tag="stream.closing"):
+    data: StreamClosingData
+
+
+StreamMessage = Union[StreamReady, StreamLagged, StreamClosing]
+STREAM_TYPES: tuple[str, ...] = ("stream.ready", "stream.lagged", "stream.closing")
+
+
+class LiveChannel(msgspec.Struct):
+    path: str
+    parameters: dict[str, str]
+    headers: dict[str, str]
+
+
+class ProtocolInfo(msgspec.Struct):
+    """The answer of `executions.protocol`: the live channel's contract and every limit."""
+
+    protocol_version: str
+    live: LiveChannel
+    heartbeat_seconds: float
+    event_types: list[str]
+    stream_types: list[str]
+    event_schema: dict[str, Any]
+    stream_schema: dict[str, Any]
+    limits: dict[str, Any]
+    settings: dict[str, Any]

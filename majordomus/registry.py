@@ -1,0 +1,217 @@
+"""The capability registry: each capability declared once, every surface reading it.
+
+`@capability(...)` records a handler with its typed input and output and its exposure (MCP
+tool, HTTP route, CLI path). Absence is explicit: `None` means "not on this surface";
+leaving an exposure out means "derive the default". The HTTP routes, OpenAPI operations,
+MCP tools, CLI commands and JSON Schemas are all computed from these records, so nothing
+about one capability is written twice. Conflicts (a second id, tool name, route or CLI
+path) are refused when the declaration is made, i.e. at start-up.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from majordomus.errors import not_found
+from majordomus.schemas import schema_of
+
+Kind = Literal["query", "command"]
+Stability = Literal["experimental", "stable", "deprecated"]
+
+
+class _Derived:
+    def __repr__(self) -> str:
+        return "DERIVED"
+
+
+DERIVED: Any = _Derived()
+"""Leave an exposure to its default: `majordomus_<module>_<name>`, `/api/v1/<module>/<name>`…"""
+
+
+class RegistryError(ValueError):
+    """A declaration that conflicts with another; raised at start-up."""
+
+
+@dataclass(frozen=True)
+class Exposure:
+    mcp_tool: str | None
+    http_method: str | None
+    http_path: str | None
+    cli_path: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class Capability:
+    id: str
+    kind: Kind
+    title: str
+    description: str
+    input: type
+    output: type
+    handler: Callable[..., Any]
+    stability: Stability = "experimental"
+    cancellable: bool = False
+    max_concurrency: int | None = None
+    tags: tuple[str, ...] = ()
+    exposure: Exposure = field(default_factory=lambda: Exposure(None, None, None, None))
+    executable: bool = True
+    """Whether `executions.start` may run it as an execution (control capabilities may not)."""
+
+    @property
+    def module(self) -> str:
+        return self.id.split(".", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.id.split(".", 1)[1]
+
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        return schema_of(self.input)
+
+    @property
+    def output_schema(self) -> dict[str, Any]:
+        return schema_of(self.output)
+
+
+def derive_exposure(
+    cap_id: str, kind: Kind, mcp: Any, http: Any, cli: Any
+) -> Exposure:
+    module, name = cap_id.split(".", 1)
+    if mcp is DERIVED:
+        mcp = f"majordomus_{module}_{name}".replace(".", "_")
+    if http is DERIVED:
+        http = ("GET" if kind == "query" else "POST", f"/api/v1/{module}/{name}")
+    if cli is DERIVED:
+        cli = (module, name)
+    method, path = (None, None) if http is None else (http[0].upper(), http[1])
+    return Exposure(mcp, method, path, tuple(cli) if cli is not None else None)
+
+
+class Registry:
+    """Every capability this process knows, by id, in declaration order."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, Capability] = {}
+
+    def add(self, cap: Capability) -> Capability:
+        if "." not in cap.id or cap.id.startswith(".") or cap.id.endswith("."):
+            raise RegistryError(f"capability id {cap.id!r} must look like module.name")
+        for other in self._by_id.values():
+            self._refuse_conflict(cap, other)
+        self._by_id[cap.id] = cap
+        return cap
+
+    @staticmethod
+    def _refuse_conflict(cap: Capability, other: Capability) -> None:
+        mine, theirs = cap.exposure, other.exposure
+        if cap.id == other.id:
+            raise RegistryError(f"capability {cap.id!r} is declared twice")
+        if mine.mcp_tool and mine.mcp_tool == theirs.mcp_tool:
+            raise RegistryError(
+                f"MCP tool {mine.mcp_tool!r} of {cap.id!r} is already {other.id!r}'s"
+            )
+        if mine.http_path and (mine.http_method, mine.http_path) == (
+            theirs.http_method,
+            theirs.http_path,
+        ):
+            raise RegistryError(
+                f"route {mine.http_method} {mine.http_path} of {cap.id!r} is already {other.id!r}'s"
+            )
+        if mine.cli_path and mine.cli_path == theirs.cli_path:
+            raise RegistryError(
+                f"command 'majordomus {' '.join(mine.cli_path)}' of {cap.id!r} "
+                f"is already {other.id!r}'s"
+            )
+
+    def get(self, cap_id: str) -> Capability | None:
+        return self._by_id.get(cap_id)
+
+    def require(self, cap_id: str) -> Capability:
+        cap = self._by_id.get(cap_id)
+        if cap is None:
+            raise not_found(
+                f"there is no capability {cap_id!r}",
+                "list them with GET /api/v1/capabilities or 'majordomus capabilities list'",
+            )
+        return cap
+
+    def by_tool(self, tool: str) -> Capability | None:
+        return next((c for c in self if c.exposure.mcp_tool == tool), None)
+
+    def route_of(self, cap_id: str) -> str:
+        path = self.require(cap_id).exposure.http_path
+        return path or ""
+
+    def __iter__(self) -> Iterator[Capability]:
+        return iter(list(self._by_id.values()))
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __contains__(self, cap_id: object) -> bool:
+        return cap_id in self._by_id
+
+
+REGISTRY = Registry()
+"""The process's registry: the built-ins and every module of `MAJORDOMUS_CAPABILITIES`."""
+
+
+def capability(
+    id: str,
+    *,
+    input: type,
+    output: type,
+    kind: Kind = "command",
+    title: str | None = None,
+    description: str | None = None,
+    stability: Stability = "experimental",
+    cancellable: bool = False,
+    max_concurrency: int | None = None,
+    tags: tuple[str, ...] = (),
+    mcp: str | None = DERIVED,
+    http: tuple[str, str] | None = DERIVED,
+    cli: tuple[str, ...] | None = DERIVED,
+    executable: bool = True,
+    registry: Registry | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare a capability: `@capability("myapp.resize", input=In, output=Out)`."""
+
+    def declare(handler: Callable[..., Any]) -> Callable[..., Any]:
+        doc = (handler.__doc__ or "").strip()
+        cap = Capability(
+            id=id,
+            kind=kind,
+            title=title or (doc.splitlines()[0] if doc else id),
+            description=description or doc or id,
+            input=input,
+            output=output,
+            handler=handler,
+            stability=stability,
+            cancellable=cancellable,
+            max_concurrency=max_concurrency,
+            tags=tuple(tags),
+            exposure=derive_exposure(id, kind, mcp, http, cli),
+            executable=executable,
+        )
+        (registry or REGISTRY).add(cap)
+        return handler
+
+    return declare
+
+
+def load_capabilities(modules: list[str]) -> Registry:
+    """Import the built-ins and each user module; a bad module name stops start-up clearly."""
+    importlib.import_module("majordomus.builtins")
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise SystemExit(
+                f"majordomus: cannot load capabilities from {name!r} ({exc}); "
+                "check MAJORDOMUS_CAPABILITIES"
+            ) from None
+    return REGISTRY

@@ -1,0 +1,349 @@
+"""The Redis store: the only module above which no Redis command is named.
+
+Per execution: a snapshot hash and an event stream capped at exactly 500 entries whose
+entry ids are the sequences (`<seq>-0`), so a page is one `XRANGE` from the cursor. Every
+write that must be atomic (create + enqueue, append + move + fold) is a Lua script from
+`lua/`, loaded once. The global feed (every event of every execution, approximately
+capped) is what the unscoped live channel and the API's single shared reader follow.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from redis.asyncio import Redis
+
+from majordomus.config import LIMITS, Settings
+from majordomus.keys import Keys
+from majordomus.states import STATE_OF_EVENT, TRANSITIONS
+
+LUA_DIR = Path(__file__).parent / "lua"
+
+
+def now_stamp() -> tuple[str, int]:
+    """The current time as RFC 3339 UTC with milliseconds, and as epoch milliseconds."""
+    now = time.time()
+    ms = int(now * 1000)
+    stamp = datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    return stamp[:-3] + "Z", ms
+
+
+def _lua_table(table: dict[str, Any]) -> str:
+    def value(v: Any) -> str:
+        if isinstance(v, str):
+            return f"'{v}'"
+        inner = ", ".join(f"['{k}'] = true" for k in sorted(v))
+        return "{" + inner + "}"
+
+    return "{" + ", ".join(f"['{k}'] = {value(v)}" for k, v in table.items()) + "}"
+
+
+def _load_script(name: str) -> str:
+    text = (LUA_DIR / name).read_text()
+    text = text.replace("--@TRANSITIONS@", _lua_table(TRANSITIONS))
+    return text.replace("--@STATE_OF@", _lua_table(STATE_OF_EVENT))
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    found: bool
+    applied: int
+    requested: int
+    last_sequence: int
+    state: str
+
+    @property
+    def complete(self) -> bool:
+        return self.found and self.applied == self.requested
+
+
+@dataclass(frozen=True)
+class RawPage:
+    state: str
+    last_sequence: int
+    events: list[bytes]
+    more: bool
+    truncated: bool
+
+
+EventWrite = tuple[str, bytes]
+"""An event to append: its type and its `data` as JSON bytes (b'' for none)."""
+
+
+class Store:
+    def __init__(self, redis: Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        self._append = redis.register_script(_load_script("append.lua"))
+        self._create = redis.register_script(_load_script("create.lua"))
+        self._acquire = redis.register_script(_load_script("acquire_slot.lua"))
+
+    # -- writes -------------------------------------------------------------------------
+
+    async def create(
+        self,
+        execution_id: str,
+        *,
+        capability: str,
+        title: str,
+        input_json: bytes,
+        created_data: bytes,
+        secret_json: bytes | None,
+        cancellable: bool,
+        actor: str,
+        episode: str | None,
+        job: bytes,
+    ) -> tuple[int, str]:
+        """Create and enqueue; answers how many were queued ahead of it, and when it was."""
+        k = self.keys
+        stamp, ms = now_stamp()
+        keys = [
+            k.snapshot(execution_id),
+            k.events(execution_id),
+            k.feed,
+            k.all,
+            k.queued,
+            k.secret_input(execution_id),
+            k.queue,
+            arq_job_key(execution_id),
+        ]
+        args = [
+            execution_id,
+            stamp,
+            ms,
+            self.settings.feed_max_events,
+            capability,
+            title,
+            input_json,
+            "1" if cancellable else "0",
+            actor,
+            episode or "",
+            secret_json or b"",
+            job,
+            self.settings.retain_seconds * 1000,
+            created_data,
+            k.wake_channel,
+        ]
+        ahead = await self._create(keys=keys, args=args)
+        if int(ahead) < 0:
+            raise RuntimeError(f"execution id {execution_id} already exists")
+        return int(ahead), stamp
+
+    def _append_call(
+        self,
+        execution_id: str,
+        events: Sequence[EventWrite],
+        worker: str | None,
+        read_secret: bool = False,
+    ) -> tuple[list[str], list[Any]]:
+        k = self.keys
+        stamp, ms = now_stamp()
+        keys = [
+            k.snapshot(execution_id),
+            k.events(execution_id),
+            k.feed,
+            k.queued,
+            k.running,
+            k.finished,
+            k.secret_input(execution_id),
+        ]
+        args: list[Any] = [
+            execution_id,
+            stamp,
+            ms,
+            self.settings.retain_seconds,
+            self.settings.feed_max_events,
+            worker or "",
+            k.cancel_channel,
+            LIMITS.stream_events,
+            len(events),
+            "1" if read_secret else "0",
+        ]
+        for event_type, data in events:
+            args.append(event_type)
+            args.append(data)
+        return keys, args
+
+    async def append(
+        self, execution_id: str, events: Sequence[EventWrite], worker: str | None = None
+    ) -> AppendResult:
+        """Append events in order, in one atomic step; stops at the first refused one."""
+        keys, args = self._append_call(execution_id, events, worker)
+        raw = await self._append(keys=keys, args=args)
+        return _append_result(raw, len(events))
+
+    async def claim(self, execution_id: str, worker: str) -> tuple[AppendResult, bytes | None]:
+        """Move queued -> running for this worker and read the worker-only input, in one trip."""
+        keys, args = self._append_call(
+            execution_id, [("execution.started", b"")], worker, read_secret=True
+        )
+        raw = await self._append(keys=keys, args=args)
+        secret = raw[4] if len(raw) > 4 else None
+        return _append_result(raw, 1), secret
+
+    async def acquire_slot(self, capability: str, execution_id: str, limit: int) -> bool:
+        _, ms = now_stamp()
+        expiry = ms + int(self.settings.lease_seconds * 1000)
+        got = await self._acquire(
+            keys=[self.keys.concurrency(capability)], args=[execution_id, ms, expiry, limit]
+        )
+        return bool(got)
+
+    async def release_slot(self, capability: str, execution_id: str) -> None:
+        await self.redis.zrem(self.keys.concurrency(capability), execution_id)
+
+    async def renew_slots(self, held: Sequence[tuple[str, str]]) -> None:
+        if not held:
+            return
+        _, ms = now_stamp()
+        expiry = ms + int(self.settings.lease_seconds * 1000)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for capability, execution_id in held:
+                pipe.zadd(self.keys.concurrency(capability), {execution_id: expiry}, xx=True)
+            await pipe.execute()
+
+    # -- reads --------------------------------------------------------------------------
+
+    async def snapshot(self, execution_id: str) -> dict[bytes, bytes] | None:
+        raw = await self.redis.hgetall(self.keys.snapshot(execution_id))
+        return raw or None
+
+    async def snapshots(self, execution_ids: Sequence[str]) -> list[dict[bytes, bytes]]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for execution_id in execution_ids:
+                pipe.hgetall(self.keys.snapshot(execution_id))
+            return list(await pipe.execute())
+
+    async def states(self, execution_ids: Sequence[str]) -> list[str | None]:
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for execution_id in execution_ids:
+                pipe.hget(self.keys.snapshot(execution_id), "state")
+            raw = await pipe.execute()
+        return [r.decode() if r else None for r in raw]
+
+    async def page(self, execution_id: str, after: int, limit: int) -> RawPage | None:
+        """Events with sequence > after, oldest first, at most `limit`; None when unknown."""
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hmget(self.keys.snapshot(execution_id), "state", "last_seq")
+            if limit > 0:
+                pipe.xrange(self.keys.events(execution_id), f"({after}-0", "+", count=limit + 1)
+            result = await pipe.execute()
+        state, last = result[0]
+        if state is None:
+            return None
+        last_seq = int(last)
+        entries = result[1] if limit > 0 else []
+        more = len(entries) > limit or (limit == 0 and last_seq > after)
+        entries = entries[:limit]
+        first_retained = max(1, last_seq - LIMITS.stream_events + 1)
+        if entries:
+            first_retained = int(entries[0][0].split(b"-", 1)[0])
+        truncated = last_seq > after and after + 1 < first_retained
+        return RawPage(
+            state=state.decode(),
+            last_sequence=last_seq,
+            events=[fields[b"e"] for _, fields in entries],
+            more=more,
+            truncated=truncated,
+        )
+
+    async def ids_newest_first(self, start: int, count: int) -> list[str]:
+        raw = await self.redis.zrevrange(self.keys.all, start, start + count - 1)
+        return [r.decode() for r in raw]
+
+    async def counts(self) -> tuple[int, int]:
+        """(queued, running-or-cancelling) across the whole cluster."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zcard(self.keys.queued)
+            pipe.zcard(self.keys.running)
+            queued, running = await pipe.execute()
+        return int(queued), int(running)
+
+    async def running_ids(self) -> list[str]:
+        return [r.decode() for r in await self.redis.zrange(self.keys.running, 0, -1)]
+
+    async def queued_ids(self) -> list[tuple[str, int]]:
+        raw = await self.redis.zrange(self.keys.queued, 0, -1, withscores=True)
+        return [(r.decode(), int(score)) for r, score in raw]
+
+    async def read_stream_after(
+        self, execution_id: str, after: int, block_ms: int
+    ) -> list[bytes]:
+        """Events after `after`, waiting up to `block_ms` for the first (for long polls)."""
+        raw = await self.redis.xread(
+            {self.keys.events(execution_id): f"{after}-0"}, count=LIMITS.page_events, block=block_ms
+        )
+        if not raw:
+            return []
+        return [fields[b"e"] for _, fields in raw[0][1]]
+
+    async def read_feed(
+        self, last_id: str, block_ms: int | None, count: int = 1000
+    ) -> list[tuple[str, str, int, bytes]]:
+        """Global feed entries after `last_id`: (feed id, execution id, sequence, envelope)."""
+        raw = await self.redis.xread({self.keys.feed: last_id}, count=count, block=block_ms)
+        if not raw:
+            return []
+        return [
+            (fid.decode(), f[b"x"].decode(), int(f[b"s"]), f[b"e"]) for fid, f in raw[0][1]
+        ]
+
+    async def feed_bounds(self) -> tuple[str | None, str | None]:
+        """The oldest and newest retained feed ids."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xrange(self.keys.feed, "-", "+", count=1)
+            pipe.xrevrange(self.keys.feed, "+", "-", count=1)
+            first, last = await pipe.execute()
+        return (
+            first[0][0].decode() if first else None,
+            last[0][0].decode() if last else None,
+        )
+
+    # -- retention ----------------------------------------------------------------------
+
+    async def prune(self) -> int:
+        """Forget finished executions past the retention time or over the retention count."""
+        k = self.keys
+        _, ms = now_stamp()
+        cutoff = ms - self.settings.retain_seconds * 1000
+        old = await self.redis.zrangebyscore(k.finished, "-inf", cutoff)
+        excess = await self.redis.zcard(k.finished) - self.settings.retain_executions
+        if excess > 0:
+            old = list({*old, *await self.redis.zrange(k.finished, 0, excess - 1)})
+        if not old:
+            return 0
+        ids = [o.decode() for o in old]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for execution_id in ids:
+                pipe.delete(*k.execution_keys(execution_id))
+            pipe.zrem(k.finished, *ids)
+            pipe.zrem(k.all, *ids)
+            await pipe.execute()
+        return len(ids)
+
+    async def forget_missing(self, execution_ids: Sequence[str]) -> None:
+        if execution_ids:
+            await self.redis.zrem(self.keys.all, *execution_ids)
+
+
+def arq_job_key(execution_id: str) -> str:
+    from arq.constants import job_key_prefix
+
+    return job_key_prefix + execution_id
+
+
+def _append_result(raw: Any, requested: int) -> AppendResult:
+    code, seq, state, applied = raw[:4]
+    state_text = state.decode() if isinstance(state, bytes) else str(state)
+    return AppendResult(int(code) >= 0, int(applied), requested, int(seq), state_text)
+
+
+def encode(value: Any) -> bytes:
+    return msgspec.json.encode(value)

@@ -1,0 +1,123 @@
+"""Capabilities the test suite declares, loaded in-process and by worker subprocesses
+(`MAJORDOMUS_CAPABILITIES=tests.capabilities`)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated
+
+import msgspec
+
+from majordomus import Context, MajordomusError, Secret, capability
+
+
+class Empty(msgspec.Struct, forbid_unknown_fields=True):
+    pass
+
+
+class Done(msgspec.Struct):
+    ok: bool = True
+
+
+@capability("tests.noop", input=Empty, output=Done, title="Do nothing")
+async def noop(ctx: Context, inp: Empty) -> Done:
+    return Done()
+
+
+class Sleep(msgspec.Struct, forbid_unknown_fields=True):
+    seconds: float = 5.0
+
+
+class Slept(msgspec.Struct):
+    slept: float
+
+
+@capability("tests.sleepy", input=Sleep, output=Slept, title="Sleep, honouring cancel", cancellable=True)
+async def sleepy(ctx: Context, inp: Sleep) -> Slept:
+    began = time.monotonic()
+    ctx.step("sleep", "Sleeping")
+    await ctx.sleep(inp.seconds)
+    ctx.raise_if_cancelled()
+    ctx.step_done("sleep")
+    return Slept(time.monotonic() - began)
+
+
+@capability("tests.stubborn", input=Sleep, output=Slept, title="Sleep, ignoring cancel")
+async def stubborn(ctx: Context, inp: Sleep) -> Slept:
+    began = time.monotonic()
+    await asyncio.sleep(inp.seconds)
+    return Slept(time.monotonic() - began)
+
+
+@capability(
+    "tests.finisher",
+    input=Sleep,
+    output=Slept,
+    title="Return output even when cancelled",
+    cancellable=True,
+)
+async def finisher(ctx: Context, inp: Sleep) -> Slept:
+    await ctx.sleep(inp.seconds)
+    return Slept(inp.seconds)
+
+
+@capability("tests.serial", input=Sleep, output=Slept, title="One at a time", max_concurrency=1)
+async def serial(ctx: Context, inp: Sleep) -> Slept:
+    await asyncio.sleep(inp.seconds)
+    return Slept(inp.seconds)
+
+
+class Credentials(msgspec.Struct, forbid_unknown_fields=True):
+    user: str
+    token: Secret
+    password: str = "not-a-secret-by-name"
+    pin: Annotated[str, msgspec.Meta(extra_json_schema={"format": "password"})] = ""
+    key: Annotated[str, msgspec.Meta(extra_json_schema={"writeOnly": True})] = ""
+    tokens: list[Secret] = []
+    vault: dict[str, Secret] = {}
+    maybe: Secret | None = None
+
+
+class Echo(msgspec.Struct):
+    user: str
+    token_length: int
+
+
+@capability("tests.login", input=Credentials, output=Echo, title="Use a secret")
+async def login(ctx: Context, inp: Credentials) -> Echo:
+    return Echo(inp.user, len(inp.token))
+
+
+class Count(msgspec.Struct, forbid_unknown_fields=True):
+    events: int = 1000
+
+
+class Counted(msgspec.Struct):
+    events: int
+
+
+@capability("tests.chatty", input=Count, output=Counted, title="Report in a tight loop")
+async def chatty(ctx: Context, inp: Count) -> Counted:
+    for i in range(inp.events):
+        ctx.progress(i + 1, inp.events)
+        if i % 50 == 0:
+            await asyncio.sleep(0)
+    return Counted(inp.events)
+
+
+@capability("tests.boom", input=Empty, output=Done, title="Raise")
+async def boom(ctx: Context, inp: Empty) -> Done:
+    raise ValueError("secret internals that must not leak")
+
+
+@capability("tests.refuse", input=Empty, output=Done, title="Raise a typed error")
+async def refuse(ctx: Context, inp: Empty) -> Done:
+    raise MajordomusError("refused", "not today", "try tomorrow")
+
+
+@capability("tests.plain", input=Count, output=Counted, title="A plain def in a thread")
+def plain(ctx: Context, inp: Count) -> Counted:
+    for i in range(inp.events):
+        ctx.log(f"line {i}")
+    return Counted(inp.events)

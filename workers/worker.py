@@ -1,0 +1,100 @@
+"""The arq worker, with a wake-up signal in place of arq's fixed 0.5 s poll.
+
+arq finds work by polling its queue every `poll_delay`. `MajordomusWorker` keeps arq's job
+handling as it is and replaces only the wait between polls: it sleeps until a wake-up
+signal (published by every start, and set when a slot frees), the next deferred job is
+due, or the long-poll fallback passes. So a start is picked up within milliseconds and an
+idle worker makes one small query a second. SIGTERM stops taking work, lets running
+executions finish for `MAJORDOMUS_SHUTDOWN_GRACE`, then cancels them (`by: "server"`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from typing import Any
+
+from arq.connections import create_pool
+from arq.worker import Worker
+
+from workers.runtime import WorkerRuntime
+
+log = logging.getLogger("majordomus.worker")
+
+
+class MajordomusWorker(Worker):
+    runtime: WorkerRuntime | None = None
+
+    async def main(self) -> None:
+        if self._pool is None:
+            self._pool = await create_pool(
+                self.redis_settings,
+                job_deserializer=self.job_deserializer,
+                job_serializer=self.job_serializer,
+                default_queue_name=self.queue_name,
+                expires_extra_ms=self.expires_extra_ms,
+            )
+        self.ctx["redis"] = self.pool
+        if self.on_startup:
+            await self.on_startup(self.ctx)
+        runtime: WorkerRuntime = self.ctx["majordomus"]
+        self.runtime = runtime
+        log.info("worker %s ready on queue %s", runtime.worker_id, self.queue_name)
+        while True:
+            runtime.wake.clear()
+            await self._poll_iteration()
+            if self.burst and not self.tasks and not await self.pool.zcard(self.queue_name):
+                return
+            timeout = await self._next_wait(runtime.settings.poll_seconds)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(runtime.wake.wait(), timeout)
+
+    async def _next_wait(self, fallback: float) -> float:
+        """Until the next deferred job is due, or the fallback; never a busy loop."""
+        head = await self.pool.zrange(self.queue_name, 0, 0, withscores=True)
+        if not head:
+            return fallback
+        due_in = (head[0][1] - time.time() * 1000) / 1000
+        # A due job that was not started is running elsewhere, or we are full: a finishing
+        # job or a new start wakes us.
+        return fallback if due_in <= 0 else min(due_in, fallback)
+
+    def _release_sem_dec_counter_on_complete(self) -> None:
+        super()._release_sem_dec_counter_on_complete()
+        if self.runtime is not None:
+            self.runtime.wake.set()
+
+    def handle_sig(self, signum: Any) -> None:
+        sig = signal.Signals(signum)
+        if not self.allow_pick_jobs:
+            # A second signal: stop now.
+            super().handle_sig(signum)
+            return
+        log.info("%s: taking no more work; %d running", sig.name, len(self.tasks))
+        self.allow_pick_jobs = False
+        if self.runtime is not None:
+            self.runtime.accepting = False
+        self.loop.create_task(self._stop_gracefully(sig))
+
+    async def _stop_gracefully(self, sig: signal.Signals) -> None:
+        runtime = self.runtime
+        grace = runtime.settings.shutdown_grace if runtime else 0.0
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._all_done(), grace)
+        if runtime is not None and runtime.running:
+            log.info("grace over: cancelling %d executions", len(runtime.running))
+            await runtime.cancel_all(by="server")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._all_done(), runtime.settings.cancel_grace + 1)
+        for task in self.tasks.values():
+            if not task.done():
+                task.cancel()
+        if self.main_task is not None:
+            self.main_task.cancel()
+
+    async def _all_done(self) -> None:
+        while any(not t.done() for t in self.tasks.values()):
+            await asyncio.sleep(0.02)
