@@ -36,6 +36,39 @@ def worker(
     build_worker(settings(), **overrides).run()
 
 
+@app.command()
+def dev(
+    host: str = typer.Option("127.0.0.1", help="Interface to bind."),
+    port: int = typer.Option(8000, help="Port to bind."),
+) -> None:
+    """Run the API and a worker in one process, on MAJORDOMUS_REDIS_URL or, when none is set,
+    on an embedded Redis it starts and stops itself."""
+    from api.launch import run_dev
+
+    _logging()
+    run_dev(host, port, settings())
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Interface to bind."),
+    port: int = typer.Option(8000, help="Port to bind."),
+) -> None:
+    """Run the HTTP API (with the live channel and MCP at /mcp) on MAJORDOMUS_REDIS_URL."""
+    from api.launch import run_serve
+
+    _logging()
+    run_serve(host, port, settings())
+
+
+@app.command()
+def mcp() -> None:
+    """Serve the capabilities as MCP tools over stdio, on MAJORDOMUS_REDIS_URL."""
+    from api.mcp import run_stdio
+
+    run_stdio(settings())
+
+
 def _mount_commands() -> None:
     try:
         from majordomus.commands import register

@@ -57,12 +57,16 @@ class Context:
         engine: Engine | None = None,
         actor: str = "internal",
         episode: str | None = None,
-        on_progress: Callable[[Any], None] | None = None,
+        on_progress: Callable[[Any], Any] | None = None,
+        connection: Any = None,
     ) -> None:
         self.engine = engine
         self.actor = actor
         self.episode = episode
         self.on_progress = on_progress
+        """Called with each event an `executions.wait` sees (MCP forwards them as progress)."""
+        self.connection = connection
+        """The surface's handle on the caller's connection (an MCP session), or None."""
 
     def step(self, name: str, title: str | None = None) -> None:
         return None
