@@ -77,6 +77,8 @@ def job_payload(execution_id: str, capability: str) -> bytes:
 
 
 OnEvent = Callable[[ExecutionEvent], Awaitable[None] | None]
+EventFollower = Callable[[str, int, int], Awaitable[list[bytes]]]
+"""(execution id, after, block ms) -> the events after `after`, waiting up to `block_ms`."""
 
 
 class Engine:
@@ -85,6 +87,10 @@ class Engine:
         self.registry = registry
         self.settings = settings
         self.store = Store(redis, settings)
+        self.follow: EventFollower | None = None
+        """Where `wait` waits for an execution's next events. Unset, it is a blocking read of
+        the execution's stream (a Redis connection per waiter); the API points it at its one
+        shared feed reader, so a thousand waiters hold no connection."""
 
     # -- direct calls -------------------------------------------------------------------
 
@@ -248,7 +254,8 @@ class Engine:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             if remaining_ms <= 0:
                 break
-            raws = await self.store.read_stream_after(execution_id, cursor, min(remaining_ms, 5000))
+            read_after = self.follow or self.store.read_stream_after
+            raws = await read_after(execution_id, cursor, min(remaining_ms, 5000))
             ended = False
             for raw in raws:
                 event = event_decoder.decode(raw)

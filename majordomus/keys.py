@@ -15,6 +15,7 @@ class Keys:
         # arq's queue: the sorted set of job ids arq workers poll.
         self.queue = f"{prefix}:queue"
         self.all = f"{prefix}:idx:all"
+        self.created_counter = f"{prefix}:idx:all:counter"
         self.queued = f"{prefix}:idx:queued"
         self.running = f"{prefix}:idx:running"
         self.finished = f"{prefix}:idx:finished"
@@ -22,6 +23,8 @@ class Keys:
         self.workers = f"{prefix}:workers"
         self.wake_channel = f"{prefix}:wake"
         self.cancel_channel = f"{prefix}:cancel"
+        # Open and detached episodes by external id, scored by when the reaper may close
+        # each (epoch ms); closed records by their key, scored by when they closed.
         self.episodes = f"{prefix}:episodes"
         self.episodes_closed = f"{prefix}:episodes:closed"
 
@@ -55,3 +58,7 @@ class Keys:
 
     def episode_lease(self, external_id: str) -> str:
         return f"{self.prefix}:ep:{{{external_id}}}:lease"
+
+    def episode_closed(self, external_id: str, closed_ms: int) -> str:
+        """The record an episode becomes when it closes, kept for the retention time."""
+        return f"{self.prefix}:ep:{{{external_id}}}:closed:{closed_ms}"

@@ -197,7 +197,7 @@ def capability(
             exposure=derive_exposure(id, kind, mcp, http, cli),
             executable=executable,
         )
-        (registry or REGISTRY).add(cap)
+        (registry if registry is not None else REGISTRY).add(cap)
         return handler
 
     return declare
@@ -206,6 +206,7 @@ def capability(
 def load_capabilities(modules: list[str]) -> Registry:
     """Import the built-ins and each user module; a bad module name stops start-up clearly."""
     importlib.import_module("majordomus.builtins")
+    importlib.import_module("majordomus.episodes")
     for name in modules:
         try:
             importlib.import_module(name)

@@ -113,6 +113,7 @@ class Store:
             k.secret_input(execution_id),
             k.queue,
             arq_job_key(execution_id),
+            k.created_counter,
         ]
         args = [
             execution_id,
@@ -331,6 +332,77 @@ class Store:
     async def forget_missing(self, execution_ids: Sequence[str]) -> None:
         if execution_ids:
             await self.redis.zrem(self.keys.all, *execution_ids)
+
+    # -- inspection ---------------------------------------------------------------------
+    # Read-only views for `majordomus queue` and `majordomus workers`; nothing here writes.
+
+    async def snapshot_fields(
+        self, execution_ids: Sequence[str], fields: Sequence[str]
+    ) -> list[list[bytes | None]]:
+        """Some fields of many snapshots, in one round trip (None where a field is absent)."""
+        if not execution_ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for execution_id in execution_ids:
+                pipe.hmget(self.keys.snapshot(execution_id), list(fields))
+            return list(await pipe.execute())
+
+    async def recently_finished_ids(self, count: int) -> list[str]:
+        """The ids of the last `count` executions to finish, newest first."""
+        raw = await self.redis.zrevrange(self.keys.finished, 0, count - 1)
+        return [r.decode() for r in raw]
+
+    async def workers_present(self) -> list[tuple[str, dict[bytes, bytes], bool]]:
+        """Every worker that reported itself: (id, its presence hash, whether its lease holds).
+
+        A worker that stopped cleanly removed itself; one that was killed stays, with an
+        expired lease, until its presence hash expires.
+        """
+        ids = [r.decode() for r in await self.redis.zrange(self.keys.workers, 0, -1)]
+        if not ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for worker_id in ids:
+                pipe.hgetall(self.keys.worker(worker_id))
+                pipe.exists(self.keys.lease(worker_id))
+            raw = await pipe.execute()
+        return [
+            (worker_id, raw[2 * i], bool(raw[2 * i + 1]))
+            for i, worker_id in enumerate(ids)
+        ]
+
+
+    # -- live channel ---------------------------------------------------------------------
+    # Reads for the API's live channel and readiness: the feed after a cursor (catching a
+    # listener up), the feed's bounds, and which workers beat recently.
+
+    async def feed_after(
+        self, after_id: str, count: int
+    ) -> list[tuple[str, str, int, bytes]]:
+        """Retained feed entries after `after_id` (exclusive), oldest first, at most `count`."""
+        raw = await self.redis.xrange(self.keys.feed, f"({after_id}", "+", count=count)
+        return [(fid.decode(), f[b"x"].decode(), int(f[b"s"]), f[b"e"]) for fid, f in raw]
+
+    async def feed_state(self) -> tuple[str | None, str | None, int]:
+        """The oldest and newest retained feed ids, and how many entries the feed holds."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.xrange(self.keys.feed, "-", "+", count=1)
+            pipe.xrevrange(self.keys.feed, "+", "-", count=1)
+            pipe.xlen(self.keys.feed)
+            first, last, length = await pipe.execute()
+        return (
+            first[0][0].decode() if first else None,
+            last[0][0].decode() if last else None,
+            int(length),
+        )
+
+    async def workers_beating(self, since_ms: int) -> list[str]:
+        """The ids of workers whose last beat is at or after `since_ms` (epoch ms)."""
+        raw = await self.redis.zrangebyscore(self.keys.workers, since_ms, "+inf")
+        return [r.decode() for r in raw]
+
+    async def ping(self) -> bool:
+        return bool(await self.redis.ping())
 
 
 def arq_job_key(execution_id: str) -> str:

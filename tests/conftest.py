@@ -113,13 +113,13 @@ async def running_worker(redis: Any, cfg: Settings, **overrides: Any) -> AsyncIt
         yield worker
     finally:
         task.cancel()
-        with contextlib.suppress(BaseException):
-            await task
         for t in worker.tasks.values():
             t.cancel()
+        # Bounded: a teardown that cannot finish must not hang the suite.
         with contextlib.suppress(BaseException):
-            await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
-        await worker.ctx["majordomus"].stop()
+            await asyncio.wait_for(asyncio.gather(task, *worker.tasks.values(), return_exceptions=True), 5)
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(worker.ctx["majordomus"].stop(), 5)
 
 
 @pytest.fixture

@@ -56,6 +56,11 @@ for i = 1, n do
         changed[#changed + 1] = 'output'; changed[#changed + 1] = string.sub(d, 11, -2)
       elseif t == 'execution.failed' then
         changed[#changed + 1] = 'error'; changed[#changed + 1] = string.sub(d, 10, -2)
+      elseif t == 'execution.cancelled' then
+        -- SPEC 2: a cancelled execution carries error.code = "cancelled".
+        changed[#changed + 1] = 'error'
+        changed[#changed + 1] = '{"code":"cancelled","message":"the execution was cancelled",' ..
+          '"correlation_id":"' .. id .. '"}'
       end
       changed[#changed + 1] = 'finished_at'; changed[#changed + 1] = ts
       local started = redis.call('HGET', snap, 'started_ms')

@@ -2,7 +2,8 @@
 -- and `execution.queued` (2), the indexes, the worker-only input, arq's job and its queue
 -- entry, and the wake-up signal idle workers wait on. Nothing exists if any part does not.
 --
--- KEYS: snapshot, events, feed, idx:all, idx:queued, secret input, arq queue, arq job
+-- KEYS: snapshot, events, feed, idx:all, idx:queued, secret input, arq queue, arq job,
+--       the creation counter (idx:all is scored by it, so newest-first is exact)
 -- ARGV: id, timestamp, now_ms, feed_max, capability, title, input JSON (redacted),
 --       cancellable, actor, episode, secret JSON or '', arq job bytes, job ttl ms,
 --       created data JSON, wake channel
@@ -24,7 +25,7 @@ redis.call('XADD', stream, '1-0', 'e', e1)
 redis.call('XADD', stream, '2-0', 'e', e2)
 redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 1, 'e', e1)
 redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 2, 'e', e2)
-redis.call('ZADD', KEYS[4], now, id)
+redis.call('ZADD', KEYS[4], redis.call('INCR', KEYS[9]), id)
 redis.call('ZADD', KEYS[5], now, id)
 if ARGV[11] ~= '' then redis.call('SET', KEYS[6], ARGV[11], 'PX', ARGV[13]) end
 redis.call('SET', KEYS[8], ARGV[12], 'PX', ARGV[13])

@@ -1,0 +1,24 @@
+# The one image compose.yaml runs as the API (`majordomus serve`) and as workers
+# (`majordomus worker`): majordomus and its dependencies, nothing else. Redis is its own
+# service; the embedded Redis of `majordomus dev` is not used in a container.
+FROM python:3.12-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY majordomus ./majordomus
+COPY workers ./workers
+COPY api ./api
+RUN pip install . \
+    && useradd --create-home --uid 10001 majordomus
+
+# Your own capabilities: copy or install their package here (or in an image built FROM
+# this one) and name their modules in MAJORDOMUS_CAPABILITIES, for the API and workers alike.
+
+USER majordomus
+EXPOSE 8000
+CMD ["majordomus", "serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -1,0 +1,300 @@
+"""The HTTP API: every capability's route projected from the registry, on Litestar.
+
+`create_app` reads the registry and builds one route per capability with an HTTP exposure
+(GET input from the query string, POST input from a JSON body, the output Struct as JSON,
+200), the probes (`/api/v1/live`, `/api/v1/ready`), `/openapi.json` and `/docs` projected
+from the same registry, the live channel at `/events`, and the MCP server at `/mcp` when
+`api.mcp` provides one. No route is written by hand for one capability; the handlers call
+the engine and nothing else. Errors of every kind leave through `api.errors`; who may call
+is decided by `api.access` before any handler runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import socket
+import time
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, cast
+from urllib.parse import parse_qsl
+
+import jsonschema
+import msgspec
+from litestar import Litestar, Request, Response, asgi, get, route
+from litestar.enums import HttpMethod
+from litestar.handlers import BaseRouteHandler
+from litestar.middleware import DefineMiddleware
+from litestar.types import Receive, Scope, Send
+from msgspec import UNSET, UnsetType
+from redis.asyncio import BlockingConnectionPool, Redis
+
+from api.access import AccessGuard
+from api.docs import DOCS_HTML
+from api.errors import JSON, REDIS_DOWN, error_response, make_exception_handler
+from api.live import LISTENER_BUFFER, FeedHub, LiveChannel
+from api.openapi import openapi_document, without_null
+from majordomus.config import LIMITS, Settings
+from majordomus.engine import LIVE_PATH, Engine
+from majordomus.errors import MajordomusError, invalid_input
+from majordomus.redis import DEFAULT_URL
+from majordomus.registry import Capability, load_capabilities
+from majordomus.schemas import coerce_strings
+
+log = logging.getLogger("majordomus.api")
+
+API_MAX_CONNECTIONS = 32
+"""Redis connections one API process holds at most, whatever the number of clients."""
+
+
+class ProbeStatus(msgspec.Struct, omit_defaults=True):
+    """The answer of `/api/v1/live` and `/api/v1/ready`."""
+
+    status: str
+    listeners: int
+    channels: int
+    workers: int | UnsetType = UNSET
+
+
+def client_name() -> str:
+    return f"majordomus-api:{socket.gethostname()}:{os.getpid()}"
+
+
+def api_redis(url: str | None, max_connections: int = API_MAX_CONNECTIONS) -> Redis:
+    """The API's one Redis client: a pool of at most `max_connections` that waits for a free
+    connection rather than opening another, each connection named for `CLIENT LIST`."""
+    pool = BlockingConnectionPool.from_url(
+        url or DEFAULT_URL,
+        max_connections=max_connections,
+        timeout=10,
+        client_name=client_name(),
+        socket_connect_timeout=3,
+        socket_timeout=15,
+    )
+    return Redis(connection_pool=pool)
+
+
+# -- capability routes ------------------------------------------------------------------------
+
+
+class QueryShape:
+    """What a GET capability's query string may hold, from its input schema, computed once."""
+
+    def __init__(self, cap: Capability) -> None:
+        schema = cap.input_schema
+        props = schema.get("properties")
+        self.known: set[str] | None = None
+        if isinstance(props, dict) and not schema.get("additionalProperties"):
+            self.known = set(props)
+        # Each parameter as the OpenAPI document shows it: absent rather than null.
+        self.documented: dict[str, jsonschema.Draft202012Validator] = {}
+        for name, prop in (props or {}).items():
+            shown = dict(without_null(prop))
+            if "$defs" in schema:
+                shown["$defs"] = schema["$defs"]
+            self.documented[name] = jsonschema.Draft202012Validator(shown)
+
+
+def query_input(cap: Capability, scope: Scope, shape: QueryShape) -> dict[str, Any]:
+    """A GET's input: the query string, typed by the input schema (`"3"` becomes 3).
+
+    A parameter is given once or not at all; one the input type does not have is refused;
+    `?limit=` or `?limit=null` is refused where the document shows an integer (leave it out
+    for the default), while `?capability=` is the empty string it looks like.
+    """
+    params: dict[str, str] = {}
+    raw = scope.get("query_string", b"").decode("latin-1")
+    for name, value in parse_qsl(raw, keep_blank_values=True):
+        if name in params:
+            raise invalid_input(f"the parameter {name!r} is given more than once")
+        params[name] = value
+    if shape.known is not None:
+        unknown = sorted(set(params) - shape.known)
+        if unknown:
+            raise invalid_input(
+                f"{cap.id} has no parameter {unknown[0]!r}",
+                f"its parameters are: {', '.join(sorted(shape.known)) or 'none'}",
+            )
+    typed = coerce_strings(cap.input, params)
+    for name, value in typed.items():
+        check = shape.documented.get(name)
+        if value is not None or check is None:
+            continue
+        if check.is_valid(params[name]):
+            typed[name] = params[name]
+        elif not check.is_valid(None):
+            raise invalid_input(
+                f"the parameter {name!r} has no value ({params[name]!r})",
+                "give it a value, or leave it out for its default",
+            )
+    return typed
+
+
+async def body_input(request: Request[Any, Any, Any]) -> Any:
+    """A POST's input: the JSON body (empty is no input at all)."""
+    body = await request.body()
+    if not body.strip():
+        return None
+    try:
+        return msgspec.json.decode(body)
+    except msgspec.DecodeError as exc:
+        raise invalid_input(f"the body is not valid JSON ({exc})", "send a JSON object") from None
+
+
+def json_response(value: Any, status: int = 200) -> Response[Any]:
+    return Response(content=msgspec.json.encode(value), status_code=status, media_type=JSON)
+
+
+def capability_route(cap: Capability, engine: Engine) -> BaseRouteHandler:
+    """The one route of a capability: parse, `Engine.invoke`, encode the output."""
+    method = cap.exposure.http_method or "GET"
+    shape = QueryShape(cap) if method == "GET" else None
+
+    async def answer(request: Request[Any, Any, Any]) -> Response[Any]:
+        if method == "GET":
+            assert shape is not None
+            raw = query_input(cap, request.scope, shape)
+        else:
+            raw = await body_input(request)
+        output = await engine.invoke(cap.id, raw, actor="http")
+        return json_response(output)
+
+    answer.__name__ = answer.__qualname__ = "capability_" + cap.id.replace(".", "_")
+    answer.__doc__ = cap.description
+    return route(
+        cap.exposure.http_path,
+        http_method=[cast(HttpMethod, method)],
+        name=cap.id,
+        include_in_schema=False,
+        status_code=200,
+    )(answer)
+
+
+# -- the application --------------------------------------------------------------------------
+
+
+def build_mcp(engine: Engine, settings: Settings) -> Any:
+    """`api.mcp.build_mcp(engine, settings)` when that module provides it, else None."""
+    try:
+        module = importlib.import_module("api.mcp")
+    except ModuleNotFoundError as exc:
+        if exc.name != "api.mcp":
+            log.warning("MCP is not mounted: api.mcp needs %s", exc.name)
+        return None
+    except ImportError as exc:
+        log.warning("MCP is not mounted: %s", exc)
+        return None
+    build = getattr(module, "build_mcp", None)
+    return build(engine, settings) if build is not None else None
+
+
+def create_app(
+    settings: Settings,
+    engine: Engine | None = None,
+    *,
+    max_connections: int = API_MAX_CONNECTIONS,
+    listener_buffer: int = LISTENER_BUFFER,
+    mount_mcp: bool = True,
+) -> Litestar:
+    """The API on `engine` (or on a Redis pool of its own, from the settings, when None)."""
+    owns_redis = engine is None
+    if engine is None:
+        registry = load_capabilities(settings.capabilities)
+        engine = Engine(api_redis(settings.redis_url, max_connections), registry, settings)
+    store = engine.store
+    hub = FeedHub(store, settings, buffer=listener_buffer)
+    engine.follow = hub.read_after
+    channel = LiveChannel(hub, settings)
+
+    caps = [c for c in engine.registry if c.exposure.http_method and c.exposure.http_path]
+    handlers: list[Any] = [capability_route(cap, engine) for cap in caps]
+    allowed: dict[str, list[str]] = {}
+    for cap in caps:
+        allowed.setdefault(cap.exposure.http_path or "", []).append(cap.exposure.http_method or "")
+
+    document = msgspec.json.encode(
+        openapi_document(engine.registry, token_required=bool(settings.api_token))
+    )
+
+    @get("/openapi.json", include_in_schema=False)
+    async def openapi_json() -> Response[Any]:
+        return Response(content=document, media_type=JSON)
+
+    @get("/docs", include_in_schema=False)
+    async def docs_page() -> Response[Any]:
+        return Response(content=DOCS_HTML, media_type="text/html; charset=utf-8")
+
+    @get("/api/v1/live", include_in_schema=False)
+    async def live_probe() -> Response[Any]:
+        return json_response(ProbeStatus("live", hub.listeners, hub.channels))
+
+    @get("/api/v1/ready", include_in_schema=False)
+    async def ready_probe() -> Response[Any]:
+        try:
+            await store.ping()
+            since = int(time.time() * 1000 - settings.lease_seconds * 1000)
+            workers = await store.workers_beating(since)
+        except REDIS_DOWN as exc:
+            return error_response(
+                MajordomusError(
+                    "unavailable",
+                    f"Redis is unreachable ({exc})",
+                    "start Redis, or check MAJORDOMUS_REDIS_URL",
+                )
+            )
+        if not workers:
+            return error_response(
+                MajordomusError(
+                    "unavailable",
+                    f"no worker has reported in the last {settings.lease_seconds:g} s",
+                    "start one: majordomus worker",
+                )
+            )
+        return json_response(ProbeStatus("ready", hub.listeners, hub.channels, len(workers)))
+
+    @asgi(LIVE_PATH, include_in_schema=False)
+    async def live_channel(scope: Scope, receive: Receive, send: Send) -> None:
+        await channel(scope, receive, send)
+
+    handlers += [openapi_json, docs_page, live_probe, ready_probe, live_channel]
+    allowed.update(
+        {p: ["GET"] for p in ("/openapi.json", "/docs", "/api/v1/live", "/api/v1/ready")}
+    )
+
+    mcp = build_mcp(engine, settings) if mount_mcp else None
+    if mcp is not None:
+
+        @asgi("/mcp", is_mount=True, copy_scope=True, include_in_schema=False)
+        async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
+            await mcp.asgi(scope, receive, send)
+
+        handlers.append(mcp_endpoint)
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        await hub.start()
+        try:
+            async with AsyncExitStack() as stack:
+                if mcp is not None:
+                    await stack.enter_async_context(mcp.lifespan())
+                yield
+        finally:
+            await hub.stop()
+            if owns_redis:
+                await engine.redis.aclose()
+
+    app = Litestar(
+        route_handlers=handlers,
+        exception_handlers={Exception: make_exception_handler(allowed)},
+        middleware=[DefineMiddleware(AccessGuard, settings=settings, live_path=LIVE_PATH)],
+        lifespan=[lifespan],
+        openapi_config=None,
+        request_max_body_size=LIMITS.body_bytes,
+        debug=False,
+    )
+    app.state.engine = engine
+    app.state.hub = hub
+    app.state.mcp = mcp
+    return app

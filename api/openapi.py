@@ -1,0 +1,218 @@
+"""The OpenAPI 3.1 document, projected from the registry like the routes themselves.
+
+One operation per capability with an HTTP exposure: `operationId` is the capability's id, a
+GET's parameters are its input type's members (scalars as schemas, anything structured as
+JSON in the query string), a POST's body is its input type, the 200 answer its output type,
+and every refusal the error envelope. Component schemas come from msgspec, from the same
+types the engine validates with, so the document cannot drift from the behaviour. The live
+channel is described in the document's text rather than as an operation: it is a stream
+that never ends on its own, which generic clients and fuzzers cannot call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+import majordomus
+from api.errors import ErrorEnvelope
+from majordomus.registry import Capability, Registry
+
+REF = "#/components/schemas/{name}"
+SCALARS = frozenset({"string", "integer", "number", "boolean"})
+
+ERROR_STATUSES: dict[str, str] = {
+    "400": "invalid_input: the request does not fit the operation",
+    "403": "forbidden: a foreign Origin, or a missing or wrong bearer token",
+    "404": "not_found: no such execution, capability or route",
+    "405": "invalid_input: the route does not answer this method",
+    "422": "refused: understood, and declined",
+    "500": "internal: the server failed unexpectedly (search its log for the correlation id)",
+    "503": "unavailable: Redis is unreachable, or a limit of this process is reached",
+}
+
+DESCRIPTION = """Capabilities declared once, run as executions anyone can watch.
+
+Every operation here is a capability of the registry; `operationId` is its id. Errors are
+`{"error": {"code", "message", "suggestion"?, "correlation_id"?}}`.
+
+**Live channel** (not an operation): `GET /events?execution=<id>&after=<sequence>` with
+`Accept: text/event-stream` streams `stream.ready`, the retained history after the cursor,
+then live events (`id:` = sequence), and `stream.closing` after the terminal event. Without
+`execution` it streams every execution's events (`id:` = the feed id). `Last-Event-ID`
+resumes either. See `executions.protocol` for the whole contract.
+"""
+
+
+def capability_types(registry: Registry) -> list[Capability]:
+    return [c for c in registry if c.exposure.http_method and c.exposure.http_path]
+
+
+def openapi_document(registry: Registry, *, token_required: bool = False) -> dict[str, Any]:
+    caps = capability_types(registry)
+    types: list[Any] = [ErrorEnvelope]
+    for cap in caps:
+        types.extend((cap.input, cap.output))
+    refs, components = msgspec.json.schema_components(types, ref_template=REF)
+    error_ref = refs[0]
+    paths: dict[str, dict[str, Any]] = {}
+    for i, cap in enumerate(caps):
+        input_ref, output_ref = refs[1 + 2 * i], refs[2 + 2 * i]
+        method = (cap.exposure.http_method or "GET").lower()
+        operation = _operation(cap, input_ref, output_ref, error_ref, components)
+        paths.setdefault(cap.exposure.http_path or "", {})[method] = operation
+    _add_probes(paths, error_ref)
+    document: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "majordomus",
+            "version": majordomus.__version__,
+            "description": DESCRIPTION,
+        },
+        "paths": paths,
+        "components": {"schemas": components},
+    }
+    if token_required:
+        document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        document["security"] = [{"bearer": []}]
+    return document
+
+
+def _operation(
+    cap: Capability,
+    input_ref: dict[str, Any],
+    output_ref: dict[str, Any],
+    error_ref: dict[str, Any],
+    components: dict[str, Any],
+) -> dict[str, Any]:
+    operation: dict[str, Any] = {
+        "operationId": cap.id,
+        "summary": cap.title,
+        "description": cap.description,
+        "tags": [cap.module],
+        "responses": {
+            "200": {
+                "description": "the capability's output",
+                "content": {"application/json": {"schema": output_ref}},
+            },
+            **_errors(error_ref),
+        },
+        "x-majordomus": {
+            "kind": cap.kind,
+            "stability": cap.stability,
+            "cancellable": cap.cancellable,
+            "executable": cap.executable,
+            "mcp_tool": cap.exposure.mcp_tool,
+            "cli": " ".join(("majordomus", *cap.exposure.cli_path))
+            if cap.exposure.cli_path
+            else None,
+        },
+    }
+    if cap.exposure.http_method == "GET":
+        operation["parameters"] = _parameters(_resolve(input_ref, components), components)
+    else:
+        schema = _resolve(input_ref, components)
+        operation["requestBody"] = {
+            "required": bool(schema.get("required")),
+            "content": {"application/json": {"schema": input_ref}},
+        }
+        operation["responses"]["413"] = _error(error_ref, "invalid_input: the body is over 1 MiB")
+    return operation
+
+
+def _parameters(schema: dict[str, Any], components: dict[str, Any]) -> list[dict[str, Any]]:
+    required = set(schema.get("required", []))
+    params = []
+    for name, prop in schema.get("properties", {}).items():
+        prop = without_null(prop)
+        param: dict[str, Any] = {"name": name, "in": "query", "required": name in required}
+        if "description" in prop:
+            param["description"] = prop["description"]
+        if _is_scalar(prop, components):
+            param["schema"] = prop
+        else:
+            # Structured values travel as JSON in the query string.
+            param["content"] = {"application/json": {"schema": prop}}
+        params.append(param)
+    return params
+
+
+def without_null(prop: dict[str, Any]) -> dict[str, Any]:
+    """A query parameter is absent rather than null, so `T | None` is documented as `T`."""
+    branches = prop.get("anyOf")
+    if isinstance(branches, list):
+        kept = [b for b in branches if b.get("type") != "null"]
+        if len(kept) == 1 and len(kept) < len(branches):
+            out = {k: v for k, v in prop.items() if k not in ("anyOf", "default")}
+            out.update(kept[0])
+            return out
+    t = prop.get("type")
+    if isinstance(t, list) and "null" in t and len(t) == 2:
+        out = {k: v for k, v in prop.items() if k != "default" or v is not None}
+        out["type"] = next(x for x in t if x != "null")
+        return out
+    if prop.get("default", 0) is None:
+        return {k: v for k, v in prop.items() if k != "default"}
+    return prop
+
+
+def _is_scalar(prop: dict[str, Any], components: dict[str, Any]) -> bool:
+    prop = _resolve(prop, components)
+    t = prop.get("type")
+    if isinstance(t, str):
+        return t in SCALARS
+    if "enum" in prop or "const" in prop:
+        return True
+    branches = prop.get("anyOf") or prop.get("oneOf")
+    if isinstance(branches, list) and branches:
+        return all(_is_scalar(b, components) for b in branches)
+    return False
+
+
+def _resolve(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
+    seen = 0
+    while "$ref" in schema and seen < 16:
+        schema = components.get(schema["$ref"].rsplit("/", 1)[-1], {})
+        seen += 1
+    return schema
+
+
+def _error(error_ref: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": error_ref}}}
+
+
+def _errors(error_ref: dict[str, Any]) -> dict[str, Any]:
+    return {status: _error(error_ref, text) for status, text in ERROR_STATUSES.items()}
+
+
+def _add_probes(paths: dict[str, dict[str, Any]], error_ref: dict[str, Any]) -> None:
+    status = {
+        "type": "object",
+        "properties": {
+            "status": {"type": "string"},
+            "listeners": {"type": "integer", "minimum": 0},
+            "channels": {"type": "integer", "minimum": 0},
+            "workers": {"type": "integer", "minimum": 0},
+        },
+        "required": ["status"],
+    }
+    for path, op_id, summary in (
+        ("/api/v1/live", "api.live", "The process answers (no Redis involved)"),
+        ("/api/v1/ready", "api.ready", "Redis reachable and a worker beating, else 503"),
+    ):
+        paths[path] = {
+            "get": {
+                "operationId": op_id,
+                "summary": summary,
+                "tags": ["api"],
+                "security": [],
+                "responses": {
+                    "200": {
+                        "description": summary,
+                        "content": {"application/json": {"schema": status}},
+                    },
+                    "503": _error(error_ref, "unavailable: why the process is not ready"),
+                },
+            }
+        }

@@ -1,0 +1,321 @@
+"""The CLI's two ways to reach majordomus: straight to Redis, or through the HTTP API.
+
+Both answer the same questions the same way: `call` runs a capability and answers its
+output as plain JSON-shaped values (what the HTTP API would have sent), and `follow` yields
+an execution's events (and the live channel's control messages) from a cursor until it is
+final. `Direct` drives an `Engine` on `MAJORDOMUS_REDIS_URL`, like `rq info` reads its
+Redis; `Remote` speaks the HTTP routes projected from the registry and the SSE live
+channel. Neither renders anything: that is `render.py`'s job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+import msgspec
+from httpx_sse import SSEError, aconnect_sse
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from majordomus.config import Settings
+from majordomus.engine import LIVE_PATH, Engine
+from majordomus.errors import MajordomusError, invalid_input, refused, unavailable
+from majordomus.ids import require_execution_id
+from majordomus.redis import DEFAULT_URL
+from majordomus.registry import Capability, Registry
+from majordomus.states import is_final
+
+Message = dict[str, Any]
+"""An event envelope or a live-channel control message, as plain JSON values."""
+
+REDIS_CONNECT_SECONDS = 5.0
+FOLLOW_BLOCK_MS = 2000
+"""How long a direct follow blocks on the stream before it looks at the execution again."""
+SSE_RECONNECTS = 5
+SSE_SILENCE_SECONDS = 90.0
+POLL_WAIT_MS = 500
+"""Without a live channel, how long one `executions.wait` long poll holds between pages."""
+
+
+class Transport(Protocol):
+    where: str
+    """Where the answers come from, for messages: `Redis at …` or `the API at …`."""
+
+    async def call(self, cap: Capability, raw_input: dict[str, Any]) -> Any: ...
+
+    def follow(self, execution_id: str, after: int) -> AsyncIterator[Message]: ...
+
+    async def aclose(self) -> None: ...
+
+
+def shown_url(url: str) -> str:
+    """A URL fit for a message: any password replaced by `***`."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, ""))
+
+
+def lagged(dropped: int) -> Message:
+    return {"type": "stream.lagged", "data": {"dropped": dropped}}
+
+
+# -- straight to Redis ----------------------------------------------------------------------
+
+
+class Direct:
+    """Capabilities run here, on an engine over the shared Redis."""
+
+    def __init__(self, settings: Settings, registry: Registry) -> None:
+        url = settings.redis_url or DEFAULT_URL
+        self.url = url
+        self.where = f"Redis at {shown_url(url)}"
+        try:
+            self.redis = Redis.from_url(url, socket_connect_timeout=REDIS_CONNECT_SECONDS)
+        except ValueError as exc:
+            raise invalid_input(
+                f"MAJORDOMUS_REDIS_URL {shown_url(url)!r} is not a Redis URL ({exc})",
+                "use redis://host:port/db, rediss://… for TLS, or unix:///path/to/socket",
+            ) from None
+        self.engine = Engine(self.redis, registry, settings)
+        self.store = self.engine.store
+
+    async def call(self, cap: Capability, raw_input: dict[str, Any]) -> Any:
+        output = await self.engine.invoke(cap.id, raw_input, actor="cli")
+        return msgspec.to_builtins(output)
+
+    async def follow(self, execution_id: str, after: int) -> AsyncIterator[Message]:
+        cursor = after
+        while True:
+            page = await self.engine.events(execution_id, after=cursor)
+            if page.truncated and page.events:
+                yield lagged(page.events[0].sequence - cursor - 1)
+            for event in page.events:
+                yield msgspec.to_builtins(event)
+            cursor = page.last_sequence
+            if page.more:
+                continue
+            if is_final(page.state):
+                return
+            # Block until something is appended (or a while passes), then page again.
+            await self.store.read_stream_after(execution_id, cursor, FOLLOW_BLOCK_MS)
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+
+
+def redis_failure(exc: RedisError, where: str) -> MajordomusError:
+    """A Redis failure as the CLI reports it: one sentence and what to do."""
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError):
+        return unavailable(
+            f"cannot reach {where} ({exc})",
+            "start Redis, point MAJORDOMUS_REDIS_URL at it, or go through an API with "
+            "--api URL (majordomus dev serves one on http://127.0.0.1:8000)",
+        )
+    return unavailable(f"{where} answered an error ({exc})", "check the Redis server's log")
+
+
+# -- through the HTTP API -------------------------------------------------------------------
+
+
+def query_of(raw_input: dict[str, Any]) -> dict[str, str]:
+    """An input as a query string: absent members left out, the rest as the API reads them."""
+    query: dict[str, str] = {}
+    for name, value in raw_input.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            query[name] = "true" if value else "false"
+        elif isinstance(value, str):
+            query[name] = value
+        elif isinstance(value, int | float):
+            query[name] = str(value)
+        else:
+            query[name] = msgspec.json.encode(value).decode()
+    return query
+
+
+def error_of_response(response: httpx.Response) -> MajordomusError:
+    """The API's error envelope as a `MajordomusError` (or the status, when there is none)."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict) and error.get("code") and error.get("message"):
+        return MajordomusError(
+            error["code"],
+            str(error["message"]),
+            error.get("suggestion"),
+            error.get("correlation_id"),
+        )
+    status = response.status_code
+    if status in (401, 403):
+        return MajordomusError(
+            "forbidden",
+            f"the API refused the request ({status})",
+            "set MAJORDOMUS_API_TOKEN to the server's token",
+        )
+    if status == 404:
+        return MajordomusError(
+            "not_found",
+            f"the API has no {response.request.method} {response.request.url.path}",
+            "check --api points at a majordomus API of this version",
+        )
+    return unavailable(
+        f"the API answered {status} {response.reason_phrase}",
+        "look at the API server's log",
+    )
+
+
+class Remote:
+    """Capabilities called over the HTTP API; events followed on its live channel."""
+
+    def __init__(self, base_url: str, registry: Registry, token: str | None = None) -> None:
+        self.registry = registry
+        self.base_url = base_url.rstrip("/")
+        self.where = f"the API at {shown_url(self.base_url)}"
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        # Long polls (executions.wait) hold a request up to 60 s: the read timeout is longer.
+        self.http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(90.0, connect=10.0),
+        )
+
+    async def call(self, cap: Capability, raw_input: dict[str, Any]) -> Any:
+        method, path = cap.exposure.http_method, cap.exposure.http_path
+        if not method or not path:
+            raise refused(
+                f"{cap.id} has no HTTP route, so it cannot be called through the API",
+                "run the command without --api, straight against Redis",
+            )
+        try:
+            if method == "GET":
+                response = await self.http.get(path, params=query_of(raw_input))
+            else:
+                response = await self.http.request(
+                    method,
+                    path,
+                    content=msgspec.json.encode(raw_input),
+                    headers={"Content-Type": "application/json"},
+                )
+        except httpx.HTTPError as exc:
+            raise self.failure(exc) from None
+        if response.status_code >= 400:
+            raise error_of_response(response)
+        try:
+            return response.json()
+        except ValueError:
+            raise unavailable(
+                f"{self.where} answered something that is not JSON",
+                "check --api points at a majordomus API",
+            ) from None
+
+    def failure(self, exc: httpx.HTTPError) -> MajordomusError:
+        return unavailable(
+            f"cannot reach {self.where} ({exc.__class__.__name__}: {exc})",
+            "start it (majordomus serve, or majordomus dev) or fix --api / MAJORDOMUS_API_URL",
+        )
+
+    async def follow(self, execution_id: str, after: int) -> AsyncIterator[Message]:
+        """The live channel from `after`, reconnecting from the last sequence seen."""
+        execution_id = require_execution_id(execution_id)
+        state: dict[str, Any] = {"cursor": after, "live": True}
+        failures = 0
+        while state["live"]:
+            try:
+                async for message in self._live(execution_id, state):
+                    failures = 0
+                    yield message
+                if state.get("ended"):
+                    return
+            except (httpx.TransportError, SSEError) as exc:
+                failures += 1
+                if failures > SSE_RECONNECTS:
+                    raise unavailable(
+                        f"the live channel of {self.where} kept failing ({exc})",
+                        "look at the API server's log; majordomus executions wait ID still works",
+                    ) from None
+                await asyncio.sleep(min(0.2 * 2**failures, 5.0))
+            # A stream that ended without `stream.closing` (the API restarted, say) goes on
+            # from the cursor; a final execution then answers 204, which ends this.
+        async for message in self._poll(execution_id, int(state["cursor"])):
+            yield message
+
+    async def _live(self, execution_id: str, state: dict[str, Any]) -> AsyncIterator[Message]:
+        """One connection to the live channel; `state` keeps the cursor across reconnects."""
+        params = {"execution": execution_id, "after": str(state["cursor"])}
+        async with aconnect_sse(
+            self.http,
+            "GET",
+            LIVE_PATH,
+            params=params,
+            headers={"Accept": "text/event-stream"},
+            # Heartbeats (comments) arrive every heartbeat_seconds; silence this long is a
+            # dead connection, which is reconnected from the cursor.
+            timeout=httpx.Timeout(SSE_SILENCE_SECONDS, connect=10.0),
+        ) as source:
+            response = source.response
+            if response.status_code == 204:
+                state["ended"] = True  # final, and we have seen its end
+                return
+            if response.status_code in (404, 405, 406):
+                state["live"] = False  # no live channel here: long-poll the routes instead
+                return
+            if response.status_code >= 400:
+                await response.aread()
+                raise error_of_response(response)
+            async for sse in source.aiter_sse():
+                message = json.loads(sse.data) if sse.data else {}
+                if sse.event == "stream.closing":
+                    state["ended"] = True
+                    return
+                if sse.event.startswith("stream."):
+                    yield {"type": sse.event, "data": message.get("data", {})}
+                    continue
+                state["cursor"] = int(message.get("sequence", state["cursor"]))
+                yield message
+
+    async def _poll(self, execution_id: str, after: int) -> AsyncIterator[Message]:
+        """Following without the live channel: page the events, long-poll between pages."""
+        events_cap = self.registry.require("executions.events")
+        wait_cap = self.registry.require("executions.wait")
+        cursor = after
+        while True:
+            page = await self.call(events_cap, {"id": execution_id, "after": cursor})
+            events = page.get("events", [])
+            if page.get("truncated") and events:
+                yield lagged(events[0]["sequence"] - cursor - 1)
+            for event in events:
+                yield event
+            cursor = int(page.get("last_sequence", cursor))
+            if page.get("more"):
+                continue
+            if is_final(str(page.get("state"))):
+                return
+            await self.call(wait_cap, {"id": execution_id, "timeout_ms": POLL_WAIT_MS})
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+
+def transport(settings: Settings, registry: Registry, api: str | None) -> Transport:
+    """`--api URL` (or `MAJORDOMUS_API_URL`) goes through the API; otherwise straight to Redis."""
+    url = api or settings.api_url
+    if url:
+        return Remote(url, registry, settings.api_token)
+    return Direct(settings, registry)

@@ -1,0 +1,237 @@
+"""The state of the cluster's queue for operators: `majordomus queue` and `majordomus workers`.
+
+One `QueueReport` says what is queued (by capability, with the oldest wait), what runs on
+which worker, which workers report themselves and how long ago they last beat, and which
+executions failed lately with which code. It is read straight from Redis through the
+store's inspection reads, at one moment, and changes nothing. A worker is *silent* when its
+last beat is older than the lease or its lease key is gone: its executions are about to be
+failed as `unavailable` by a sweeper.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from majordomus.errors import ExecutionError
+from majordomus.model import ProgressView
+from majordomus.store import Store, now_stamp
+
+RECENT_FINISHED = 200
+"""How many of the latest finished executions are looked through for failures."""
+RECENT_FAILURES = 10
+"""How many recent failures a report lists."""
+
+
+class QueuedCapability(msgspec.Struct):
+    """The executions of one capability waiting for a worker."""
+
+    capability: str
+    count: int
+    oldest: str
+    """The id of the one waiting longest."""
+    oldest_wait_seconds: float
+
+
+class RunningExecution(msgspec.Struct, omit_defaults=True):
+    """An execution a worker holds (running, or cancelling)."""
+
+    id: str
+    capability: str
+    state: str
+    worker: str | UnsetType = UNSET
+    started_at: str | UnsetType = UNSET
+    running_seconds: float | UnsetType = UNSET
+    progress: ProgressView | UnsetType = UNSET
+
+
+class WorkerPresence(msgspec.Struct):
+    """One worker as it last reported itself."""
+
+    id: str
+    host: str
+    pid: int
+    started_at: str
+    running: int
+    """Executions it holds (running or cancelling) as the index has them now."""
+    last_beat: str
+    seconds_since_beat: float
+    accepting: bool
+    """False once it was told to stop: it finishes what it runs and takes nothing new."""
+    silent: bool
+    """Its last beat is older than the lease, or its lease is gone: presumed dead."""
+
+
+class RecentFailure(msgspec.Struct, omit_defaults=True):
+    id: str
+    capability: str
+    code: str
+    message: str
+    finished_at: str | UnsetType = UNSET
+    suggestion: str | UnsetType = UNSET
+
+
+class QueueReport(msgspec.Struct):
+    """The answer of `majordomus queue --format json`."""
+
+    taken_at: str
+    queued: int
+    running: int
+    queued_by_capability: list[QueuedCapability]
+    running_executions: list[RunningExecution]
+    workers: list[WorkerPresence]
+    recent_failures: list[RecentFailure]
+    lease_seconds: float
+
+
+class WorkerReport(msgspec.Struct):
+    """The answer of `majordomus workers --format json`."""
+
+    taken_at: str
+    workers: list[WorkerPresence]
+    lease_seconds: float
+
+
+def _text(value: bytes | None) -> str | None:
+    return value.decode() if value is not None else None
+
+
+def _seconds_since(ms: int, now_ms: int) -> float:
+    return round(max(0, now_ms - ms) / 1000, 1)
+
+
+async def worker_presence(store: Store, held: Counter[str] | None = None) -> list[WorkerPresence]:
+    """Every worker that reported itself, the silent ones marked, oldest-started first.
+
+    `held` counts the running executions of each worker as the index has them now; without
+    it a worker's own count, as of its last beat, is shown.
+    """
+    lease_ms = store.settings.lease_seconds * 1000
+    _, now_ms = now_stamp()
+    found: list[WorkerPresence] = []
+    for worker_id, raw, lease_held in await store.workers_present():
+        if not raw:
+            continue  # its presence expired: long gone
+        last_ms = int(raw.get(b"last_beat_ms", b"0"))
+        found.append(
+            WorkerPresence(
+                id=worker_id,
+                host=raw.get(b"host", b"?").decode(),
+                pid=int(raw.get(b"pid", b"0")),
+                started_at=raw.get(b"started_at", b"").decode(),
+                running=held[worker_id] if held is not None else int(raw.get(b"running", b"0")),
+                last_beat=raw.get(b"last_beat", b"").decode(),
+                seconds_since_beat=_seconds_since(last_ms, now_ms),
+                accepting=raw.get(b"accepting", b"1") == b"1",
+                silent=not lease_held or now_ms - last_ms > lease_ms,
+            )
+        )
+    found.sort(key=lambda w: (w.started_at, w.id))
+    return found
+
+
+async def _queued(store: Store, now_ms: int) -> tuple[int, list[QueuedCapability]]:
+    entries = await store.queued_ids()
+    ids = [i for i, _ in entries]
+    capabilities = await store.snapshot_fields(ids, ["capability"])
+    counts: Counter[str] = Counter()
+    oldest: dict[str, tuple[int, str]] = {}
+    for (execution_id, created_ms), (cap,) in zip(entries, capabilities, strict=False):
+        name = _text(cap) or "?"
+        counts[name] += 1
+        if name not in oldest or created_ms < oldest[name][0]:
+            oldest[name] = (created_ms, execution_id)
+    groups = [
+        QueuedCapability(
+            capability=name,
+            count=count,
+            oldest=oldest[name][1],
+            oldest_wait_seconds=_seconds_since(oldest[name][0], now_ms),
+        )
+        for name, count in counts.items()
+    ]
+    groups.sort(key=lambda g: (-g.oldest_wait_seconds, g.capability))
+    return len(entries), groups
+
+
+_RUNNING_FIELDS = ["capability", "state", "worker", "started_at", "started_ms", "progress"]
+_progress_decoder = msgspec.json.Decoder(ProgressView)
+
+
+async def _running(store: Store, now_ms: int) -> list[RunningExecution]:
+    ids = await store.running_ids()
+    rows = await store.snapshot_fields(ids, _RUNNING_FIELDS)
+    found: list[RunningExecution] = []
+    for execution_id, (cap, state, worker, started_at, started_ms, progress) in zip(
+        ids, rows, strict=False
+    ):
+        if state is None:
+            continue  # gone between the two reads
+        found.append(
+            RunningExecution(
+                id=execution_id,
+                capability=_text(cap) or "?",
+                state=state.decode(),
+                worker=_text(worker) or UNSET,
+                started_at=_text(started_at) or UNSET,
+                running_seconds=(
+                    _seconds_since(int(started_ms), now_ms) if started_ms is not None else UNSET
+                ),
+                progress=_progress_decoder.decode(progress) if progress else UNSET,
+            )
+        )
+    found.sort(key=lambda r: (str(r.worker or ""), str(r.started_at or ""), r.id))
+    return found
+
+
+_error_decoder = msgspec.json.Decoder(ExecutionError)
+
+
+async def _failures(store: Store) -> list[RecentFailure]:
+    ids = await store.recently_finished_ids(RECENT_FINISHED)
+    rows = await store.snapshot_fields(ids, ["capability", "state", "error", "finished_at"])
+    found: list[RecentFailure] = []
+    for execution_id, (cap, state, error, finished_at) in zip(ids, rows, strict=False):
+        if state != b"failed" or not error:
+            continue
+        err = _error_decoder.decode(error)
+        found.append(
+            RecentFailure(
+                id=execution_id,
+                capability=_text(cap) or "?",
+                code=err.code,
+                message=err.message,
+                finished_at=_text(finished_at) or UNSET,
+                suggestion=err.suggestion if err.suggestion else UNSET,
+            )
+        )
+        if len(found) >= RECENT_FAILURES:
+            break
+    return found
+
+
+async def queue_report(store: Store) -> QueueReport:
+    """The queue, the running executions, the workers and the recent failures, now."""
+    taken_at, now_ms = now_stamp()
+    queued, groups = await _queued(store, now_ms)
+    running = await _running(store, now_ms)
+    held = Counter(str(r.worker) for r in running if r.worker)
+    return QueueReport(
+        taken_at=taken_at,
+        queued=queued,
+        running=len(running),
+        queued_by_capability=groups,
+        running_executions=running,
+        workers=await worker_presence(store, held),
+        recent_failures=await _failures(store),
+        lease_seconds=store.settings.lease_seconds,
+    )
+
+
+async def worker_report(store: Store) -> WorkerReport:
+    taken_at, now_ms = now_stamp()
+    running = await _running(store, now_ms)
+    held = Counter(str(r.worker) for r in running if r.worker)
+    return WorkerReport(taken_at, await worker_presence(store, held), store.settings.lease_seconds)

@@ -1,0 +1,102 @@
+"""`--api` and straight-to-Redis give the same answers, and `--format json` is exactly what
+the HTTP API answers for the same call. A real `majordomus serve` and a real worker run on
+the suite's Redis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from majordomus.errors import EXIT_CODE
+from tests.cli.conftest import Cli
+
+
+@pytest.fixture
+def finished(workers: Any, cli: Cli) -> dict[str, Any]:
+    """One demonstration run to its end (so nothing about it changes any more)."""
+    workers.start()
+    snap = cli.json("run", "executions.demonstrate", "--input", '{"steps": 3, "log_lines": 2}')
+    assert snap["state"] == "succeeded"
+    return dict(snap)
+
+
+def both(cli: Cli, api: str, *args: str) -> tuple[Any, Any]:
+    return cli.json(*args), cli.json(*args, "--api", api)
+
+
+def test_format_json_is_what_the_http_api_answers(
+    finished: dict[str, Any], cli: Cli, api_server: str
+) -> None:
+    xid = finished["id"]
+    calls = [
+        (("executions", "show", xid), "/api/v1/executions/get", {"id": xid}),
+        (
+            ("executions", "events", xid, "--after", "3", "--limit", "4"),
+            "/api/v1/executions/events",
+            {"id": xid, "after": "3", "limit": "4"},
+        ),
+        (
+            ("executions", "list", "--state", "succeeded"),
+            "/api/v1/executions",
+            {"state": "succeeded"},
+        ),
+        (("executions", "wait", xid), "/api/v1/executions/wait", {"id": xid}),
+        (
+            ("capabilities", "describe", "executions.demonstrate"),
+            "/api/v1/capability",
+            {"id": "executions.demonstrate"},
+        ),
+    ]
+    for args, path, params in calls:
+        answer = httpx.get(api_server + path, params=params, timeout=30)
+        assert answer.status_code == 200, (path, answer.text)
+        direct, remote = both(cli, api_server, *args)
+        assert direct == answer.json(), args
+        assert remote == answer.json(), args
+
+
+def test_run_through_the_api_follows_the_live_channel_to_the_end(
+    workers: Any, cli: Cli, api_server: str
+) -> None:
+    workers.start()
+    result = cli("run", "executions.demonstrate", "--input", '{"steps": 2}', "--api", api_server)
+    assert result.exit_code == 0, result.output
+    assert "step done: step-2" in result.stdout and "succeeded in" in result.stdout
+    failed = cli("run", "executions.demonstrate", "--input", '{"fail_at": 1}', "--api", api_server)
+    assert failed.exit_code == EXIT_CODE["internal"]
+    snap = cli.json("run", "executions.demonstrate", "--api", api_server)
+    assert snap == cli.json("executions", "show", snap["id"])
+
+
+def test_cancel_through_either_path_answers_alike(workers: Any, cli: Cli, api_server: str) -> None:
+    workers.start(MAJORDOMUS_MAX_JOBS="1")
+    ids = [
+        cli("run", "tests.sleepy", "--detach", "--input", '{"seconds": 30}').stdout.strip()
+        for _ in range(2)
+    ]
+    direct = cli.json("executions", "cancel", ids[0])
+    remote = cli.json("executions", "cancel", ids[1], "--api", api_server)
+    assert direct["outcome"] == remote["outcome"] == "requested"
+    again_direct = cli.json("executions", "cancel", ids[1])
+    again_remote = cli.json("executions", "cancel", ids[1], "--api", api_server)
+    assert again_direct["outcome"] == again_remote["outcome"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (("executions", "show", "nope"), "invalid_input"),
+        (("executions", "show", "x-20260101T000000Z-00000000"), "not_found"),
+        (("run", "nope.nothing"), "not_found"),
+        (("run", "executions.demonstrate", "--input", '{"steps": "many"}'), "invalid_input"),
+    ],
+)
+def test_refusals_are_the_same_line_and_code_either_way(
+    flushed: Any, cli: Cli, api_server: str, args: tuple[str, ...], code: str
+) -> None:
+    direct = cli(*args)
+    remote = cli(*args, "--api", api_server)
+    assert direct.exit_code == remote.exit_code == EXIT_CODE[code]
+    assert direct.stderr == remote.stderr

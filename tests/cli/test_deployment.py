@@ -1,0 +1,150 @@
+"""compose.yaml, the Dockerfile and the README's settings table, checked against the CLI's own
+commands and the `Settings` type, so a deployment cannot drift from the code it runs.
+(No Docker engine runs here: the files are parsed, not started.)"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from typing import Any
+
+import pytest
+import typer
+import yaml
+
+from majordomus.cli import app
+from majordomus.commands import register
+from majordomus.config import ENV_PREFIX, Settings
+from majordomus.docs import settings_table
+from tests.conftest import ROOT
+
+COMPOSE = yaml.safe_load((ROOT / "compose.yaml").read_text())
+SERVICES: dict[str, Any] = COMPOSE["services"]
+SUBSTITUTION = re.compile(r"^\$\{(?P<name>[A-Z0-9_]+)(?::-(?P<default>.*))?\}$")
+
+
+def cli_command(name: str) -> Any:
+    register(app)
+    group: Any = typer.main.get_command(app)
+    assert name in group.commands, f"'majordomus {name}' is no command of the CLI"
+    return group.commands[name]
+
+
+def options_of(command: Any) -> set[str]:
+    return {opt for param in command.params for opt in param.opts if opt.startswith("--")}
+
+
+def check_command(argv: list[str]) -> dict[str, str]:
+    """`majordomus <command> --opt value ...` names a real command and real options of it."""
+    assert argv[0] == "majordomus"
+    command = cli_command(argv[1])
+    given = dict(zip(argv[2::2], argv[3::2], strict=True))
+    assert set(given) <= options_of(command), (argv, options_of(command))
+    return given
+
+
+def test_compose_runs_redis_the_api_and_workers() -> None:
+    assert set(SERVICES) == {"redis", "api", "worker"}
+
+
+def test_redis_keeps_an_append_only_file_on_a_volume_and_reports_its_health() -> None:
+    redis = SERVICES["redis"]
+    command = redis["command"]
+    assert command[0] == "redis-server"
+    assert command[command.index("--appendonly") + 1] == "yes"
+    [volume] = redis["volumes"]
+    name, path = volume.split(":")[:2]
+    assert path == "/data" and name in COMPOSE["volumes"]
+    assert "redis-cli" in redis["healthcheck"]["test"]
+
+
+def test_the_api_runs_serve_on_all_interfaces_with_its_port_published() -> None:
+    api = SERVICES["api"]
+    given = check_command(api["command"])
+    assert given["--host"] == "0.0.0.0"
+    [published] = api["ports"]
+    assert published.rsplit(":", 1)[1] == given["--port"]
+    assert api["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert "/api/v1/live" in " ".join(api["healthcheck"]["test"])
+
+
+def test_the_worker_runs_worker_and_can_be_scaled() -> None:
+    worker = SERVICES["worker"]
+    check_command(worker["command"])
+    assert worker["command"][1] == "worker"
+    # `docker compose up --scale worker=N` refuses a fixed container name or host port.
+    assert "container_name" not in worker and "ports" not in worker
+
+
+def environments() -> list[tuple[str, str, str]]:
+    return [
+        (service, name, str(value))
+        for service, spec in SERVICES.items()
+        if service != "redis"
+        for name, value in spec["environment"].items()
+    ]
+
+
+@pytest.mark.parametrize(("service", "name", "value"), environments())
+def test_every_variable_is_a_setting_and_every_default_is_the_settings_own(
+    service: str, name: str, value: str
+) -> None:
+    assert name.startswith(ENV_PREFIX)
+    field = name.removeprefix(ENV_PREFIX).lower()
+    assert field in Settings.__struct_fields__, f"{service}: {name} is no setting"
+    matched = SUBSTITUTION.match(value)
+    if matched is None:
+        return  # a fixed value of this deployment (the Redis URL)
+    assert matched["name"] == name, f"{service}: {name} is filled from another variable"
+    default = matched["default"] or ""
+    from_compose = Settings.from_env({name: default}) if default else Settings()
+    assert getattr(from_compose, field) == getattr(Settings(), field), (service, name, default)
+
+
+def test_the_api_and_the_workers_share_one_redis_and_one_set_of_capabilities() -> None:
+    api, worker = SERVICES["api"]["environment"], SERVICES["worker"]["environment"]
+    assert api["MAJORDOMUS_REDIS_URL"] == worker["MAJORDOMUS_REDIS_URL"] == "redis://redis:6379/0"
+    assert api["MAJORDOMUS_CAPABILITIES"] == worker["MAJORDOMUS_CAPABILITIES"]
+    shared = set(api) & set(worker)
+    assert all(api[k] == worker[k] for k in shared)
+
+
+def test_docker_waits_out_a_workers_graceful_stop_before_killing_it() -> None:
+    worker = SERVICES["worker"]
+    grace = int(str(worker["stop_grace_period"]).removesuffix("s"))
+    env = worker["environment"]
+
+    def default_of(name: str) -> float:
+        matched = SUBSTITUTION.match(str(env[name]))
+        assert matched is not None
+        return float(matched["default"])
+
+    assert worker["stop_signal"] == "SIGTERM"
+    assert grace > default_of("MAJORDOMUS_SHUTDOWN_GRACE") + default_of("MAJORDOMUS_CANCEL_GRACE")
+
+
+def test_the_image_installs_every_package_the_project_ships() -> None:
+    for service in ("api", "worker"):
+        assert SERVICES[service]["build"] == "."
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    for package in pyproject["tool"]["setuptools"]["packages"]:
+        assert f"COPY {package} ./{package}" in dockerfile
+    assert "pip install ." in dockerfile
+    assert 'CMD ["majordomus", "serve", "--host", "0.0.0.0", "--port", "8000"]' in dockerfile
+
+
+def test_the_readme_carries_the_settings_table_generated_from_settings() -> None:
+    readme = ROOT / "README.md"
+    assert readme.exists(), "README.md is missing"
+    assert settings_table() in readme.read_text(), (
+        "README.md's settings table differs from Settings; regenerate it with\n"
+        "  python -c 'from majordomus.docs import settings_table; print(settings_table())'"
+    )
+
+
+def test_the_operations_notes_carry_the_same_table() -> None:
+    notes = ROOT / ".notes" / "readme-operations.md"
+    if not notes.exists():
+        pytest.skip(".notes/readme-operations.md is merged into README.md and gone")
+    assert settings_table() in notes.read_text()
