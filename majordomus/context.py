@@ -105,6 +105,7 @@ class Context:
 class ExecutionContext(Context):
     """The context of one execution on a worker: reports become events."""
 
+    execution_id: str
     observed = True
 
     def __init__(

@@ -22,7 +22,9 @@ from majordomus.context import Context
 from majordomus.errors import ExecutionError, MajordomusError, not_found, refused
 from majordomus.ids import PROTOCOL_VERSION, new_execution_id, require_execution_id
 from majordomus.model import (
+    EVENT_TYPES,
     STREAM_TYPES,
+    TERMINAL_EVENT_TYPES,
     CancelOutput,
     CreatedData,
     EventHistory,
@@ -36,8 +38,6 @@ from majordomus.model import (
     ProtocolInfo,
     StepView,
     StreamMessage,
-    EVENT_TYPES,
-    TERMINAL_EVENT_TYPES,
     event_decoder,
     event_type_of,
 )
@@ -206,7 +206,7 @@ class Engine:
                 break
             start += len(ids)
             raws = await self.store.snapshots(ids)
-            missing = [i for i, r in zip(ids, raws) if not r]
+            missing = [i for i, r in zip(ids, raws, strict=True) if not r]
             await self.store.forget_missing(missing)
             for raw in raws:
                 if not raw or not _matches(raw, state, capability, episode):

@@ -8,7 +8,7 @@ password`, `writeOnly: true`, `x-majordomus-sensitive: true`), never by a field'
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Annotated, Any
 
 import jsonschema
@@ -24,7 +24,7 @@ Secret = Annotated[str, msgspec.Meta(extra_json_schema={SENSITIVE: True})]
 """A string a capability's input marks as sensitive: redacted wherever the input is shown."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def schema_of(tp: Any) -> dict[str, Any]:
     """The JSON Schema of a msgspec type as one object, with `$defs` kept beside it."""
     raw = msgspec.json.schema(tp)
@@ -41,7 +41,7 @@ def schema_of(tp: Any) -> dict[str, Any]:
     return root
 
 
-@lru_cache(maxsize=None)
+@cache
 def _validator(tp: Any) -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema_of(tp))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ def now_stamp() -> tuple[str, int]:
     """The current time as RFC 3339 UTC with milliseconds, and as epoch milliseconds."""
     now = time.time()
     ms = int(now * 1000)
-    stamp = datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    stamp = datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
     return stamp[:-3] + "Z", ms
 
 
@@ -115,7 +115,7 @@ class Store:
             arq_job_key(execution_id),
             k.created_counter,
         ]
-        args = [
+        args: list[bytes | str | int | float] = [
             execution_id,
             stamp,
             ms,
@@ -213,7 +213,9 @@ class Store:
     # -- reads --------------------------------------------------------------------------
 
     async def snapshot(self, execution_id: str) -> dict[bytes, bytes] | None:
-        raw = await self.redis.hgetall(self.keys.snapshot(execution_id))
+        raw: dict[bytes, bytes] = await self.redis.hgetall(  # type: ignore[misc]
+            self.keys.snapshot(execution_id)
+        )
         return raw or None
 
     async def snapshots(self, execution_ids: Sequence[str]) -> list[dict[bytes, bytes]]:
@@ -232,7 +234,7 @@ class Store:
     async def page(self, execution_id: str, after: int, limit: int) -> RawPage | None:
         """Events with sequence > after, oldest first, at most `limit`; None when unknown."""
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hmget(self.keys.snapshot(execution_id), "state", "last_seq")
+            pipe.hmget(self.keys.snapshot(execution_id), ["state", "last_seq"])
             if limit > 0:
                 pipe.xrange(self.keys.events(execution_id), f"({after}-0", "+", count=limit + 1)
             result = await pipe.execute()

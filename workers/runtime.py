@@ -163,7 +163,7 @@ class WorkerRuntime:
         ids = list(self.running)
         if not ids:
             return
-        for execution_id, state in zip(ids, await self.store.states(ids)):
+        for execution_id, state in zip(ids, await self.store.states(ids), strict=True):
             if state == "cancelling":
                 self._on_cancel(execution_id)
             elif state is None or state in ("succeeded", "failed", "cancelled"):
@@ -289,7 +289,7 @@ async def sweep_lost(engine: Engine) -> int:
     for owner in owners:
         alive[owner] = bool(await store.redis.exists(store.keys.lease(owner)))
     failed = 0
-    for execution_id, owner in zip(ids, workers):
+    for execution_id, owner in zip(ids, workers, strict=True):
         if owner is not None and alive.get(owner.decode(), False):
             continue
         result = await store.append(execution_id, [("execution.failed", _failed(WORKER_LOST, execution_id))])

@@ -142,9 +142,3 @@ def test_the_readme_carries_the_settings_table_generated_from_settings() -> None
         "  python -c 'from majordomus.docs import settings_table; print(settings_table())'"
     )
 
-
-def test_the_operations_notes_carry_the_same_table() -> None:
-    notes = ROOT / ".notes" / "readme-operations.md"
-    if not notes.exists():
-        pytest.skip(".notes/readme-operations.md is merged into README.md and gone")
-    assert settings_table() in notes.read_text()

@@ -165,7 +165,7 @@ async def test_max_concurrency_one_is_serial_across_workers(redis: Any, settings
         done = [await engine.wait(i, 20_000) for i in ids]
     assert all(d.state == "succeeded" for d in done)
     spans = sorted((d.started_at, d.finished_at) for d in done)
-    for (_, end), (start, _) in zip(spans, spans[1:]):
+    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
         assert end <= start, spans
 
 
