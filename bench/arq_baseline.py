@@ -1,0 +1,46 @@
+"""The raw baseline: a plain arq worker running a no-op job, nothing of majordomus in it.
+
+`python -m bench.arq_baseline --queue Q --max-jobs N --poll-delay S` runs arq's own
+`Worker` with its defaults (pickle serializer, results kept) but for the queue name, the
+job concurrency and the poll delay a scenario compares at. It prints `ready` once it polls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from arq.connections import RedisSettings
+from arq.worker import Worker
+
+
+async def noop(ctx: dict[str, Any]) -> bool:
+    return True
+
+
+async def announce(ctx: dict[str, Any]) -> None:
+    print("ready", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--queue", required=True)
+    parser.add_argument("--max-jobs", type=int, default=10)
+    parser.add_argument("--poll-delay", type=float, default=0.5)
+    args = parser.parse_args()
+    url = os.environ.get("MAJORDOMUS_REDIS_URL", "redis://127.0.0.1:6379/0")
+    worker = Worker(
+        functions=[noop],
+        queue_name=args.queue,
+        max_jobs=args.max_jobs,
+        poll_delay=args.poll_delay,
+        redis_settings=RedisSettings.from_dsn(url),
+        on_startup=announce,
+        handle_signals=True,
+    )
+    worker.run()
+
+
+if __name__ == "__main__":
+    main()
