@@ -20,6 +20,25 @@ app = typer.Typer(
 )
 
 
+def _require_redis() -> None:
+    """Exit with a sentence, not a traceback, when the configured Redis does not answer."""
+    import redis
+
+    from majordomus.errors import EXIT_CODE
+    from majordomus.redis import DEFAULT_URL
+
+    url = settings().redis_url or DEFAULT_URL
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=3).ping()
+    except Exception as exc:
+        typer.echo(
+            f"majordomus: Redis at {url} is unreachable ({exc}).\n"
+            "Start Redis, or set MAJORDOMUS_REDIS_URL; `majordomus dev` runs on its own Redis.",
+            err=True,
+        )
+        raise typer.Exit(EXIT_CODE["unavailable"]) from None
+
+
 def _logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
@@ -29,6 +48,7 @@ def worker(
     max_jobs: int = typer.Option(0, help="Executions this worker runs at once (default MAJORDOMUS_MAX_JOBS)."),
 ) -> None:
     """Run an arq worker on MAJORDOMUS_REDIS_URL (default redis://127.0.0.1:6379/0)."""
+    _require_redis()
     from workers.settings import build_worker
 
     _logging()
@@ -55,6 +75,7 @@ def serve(
     port: int = typer.Option(8000, help="Port to bind."),
 ) -> None:
     """Run the HTTP API (with the live channel and MCP at /mcp) on MAJORDOMUS_REDIS_URL."""
+    _require_redis()
     from api.launch import run_serve
 
     _logging()
