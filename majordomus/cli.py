@@ -24,15 +24,25 @@ def _require_redis() -> None:
     """Exit with a sentence, not a traceback, when the configured Redis does not answer."""
     import redis
 
+    from majordomus.client import shown_url
     from majordomus.errors import EXIT_CODE
     from majordomus.redis import DEFAULT_URL
 
     url = settings().redis_url or DEFAULT_URL
     try:
-        redis.Redis.from_url(url, socket_connect_timeout=3).ping()
+        client = redis.Redis.from_url(url, socket_connect_timeout=3)
+    except ValueError as exc:
+        typer.echo(
+            f"majordomus: MAJORDOMUS_REDIS_URL {shown_url(url)!r} is not a Redis URL ({exc}).\n"
+            "Use redis://host:port/db, rediss://… for TLS, or unix:///path/to/socket.",
+            err=True,
+        )
+        raise typer.Exit(EXIT_CODE["invalid_input"]) from None
+    try:
+        client.ping()
     except Exception as exc:
         typer.echo(
-            f"majordomus: Redis at {url} is unreachable ({exc}).\n"
+            f"majordomus: Redis at {shown_url(url)} is unreachable ({exc}).\n"
             "Start Redis, or set MAJORDOMUS_REDIS_URL; `majordomus dev` runs on its own Redis.",
             err=True,
         )

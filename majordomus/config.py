@@ -15,7 +15,6 @@ from typing import Any
 import msgspec
 
 ENV_PREFIX = "MAJORDOMUS_"
-REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
 class Settings(msgspec.Struct, kw_only=True, frozen=True):
@@ -53,13 +52,6 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     """Prefix of every Redis key majordomus writes (arq's queue uses `<prefix>:queue`)."""
     api_url: str | None = None
     """For the CLI: go through this API instead of straight to Redis."""
-
-    def __post_init__(self) -> None:
-        if self.redis_url and self.redis_url.split("://", 1)[0] not in REDIS_SCHEMES:
-            raise ValueError(
-                f"MAJORDOMUS_REDIS_URL must start with redis://, rediss:// or unix:// "
-                f"(got {self.redis_url!r})"
-            )
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:

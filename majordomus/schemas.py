@@ -26,8 +26,13 @@ Secret = Annotated[str, msgspec.Meta(extra_json_schema={SENSITIVE: True})]
 
 @cache
 def schema_of(tp: Any) -> dict[str, Any]:
-    """The JSON Schema of a msgspec type as one object, with `$defs` kept beside it."""
+    """The JSON Schema of a msgspec type as one object, with `$defs` kept beside it.
+
+    Each field's docstring becomes its property's `description` (msgspec drops them), so a
+    tool, an OpenAPI operation and `capabilities describe` tell what every member means.
+    """
     raw = msgspec.json.schema(tp)
+    _describe_fields(tp, raw.get("$defs", {}))
     ref = raw.get("$ref")
     defs = raw.get("$defs", {})
     if ref is None:
@@ -39,6 +44,43 @@ def schema_of(tp: Any) -> dict[str, Any]:
         # Kept whole, the root's own entry included, so a self-reference still resolves.
         root["$defs"] = defs
     return root
+
+
+def _describe_fields(tp: Any, defs: dict[str, Any]) -> None:
+    from majordomus.docs import field_docs
+
+    for struct in _struct_types(msgspec.inspect.type_info(tp), set()):
+        entry = defs.get(struct.cls.__name__)
+        if entry is None:
+            continue
+        docs = field_docs(struct.cls)
+        props = entry.get("properties", {})
+        for f in struct.fields:
+            text = docs.get(f.name)
+            prop = props.get(f.encode_name)
+            if text and isinstance(prop, dict) and "description" not in prop:
+                prop["description"] = text
+
+
+def _struct_types(info: Any, seen: set[type]) -> list[Any]:
+    """Every Struct type reachable from `info`, each once."""
+    mi = msgspec.inspect
+    if isinstance(info, mi.StructType):
+        if info.cls in seen:
+            return []
+        seen.add(info.cls)
+        found = [info]
+        for f in info.fields:
+            found += _struct_types(f.type, seen)
+        return found
+    found = []
+    for attr in ("item_type", "key_type", "value_type"):
+        if hasattr(info, attr):
+            found += _struct_types(getattr(info, attr), seen)
+    for attr in ("types", "item_types"):
+        for inner in getattr(info, attr, ()) or ():
+            found += _struct_types(inner, seen)
+    return found
 
 
 @cache

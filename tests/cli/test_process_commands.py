@@ -35,8 +35,8 @@ def test_an_unreachable_redis_stops_the_process_with_a_sentence(command: str) ->
 
 
 @pytest.mark.parametrize("command", ["worker", "serve"])
-def test_a_redis_url_of_another_scheme_is_a_configuration_error(command: str) -> None:
+def test_a_redis_url_that_is_no_url_is_named(command: str) -> None:
     done = _run(command, "http://127.0.0.1:6379/0")
-    assert done.returncode != 0
-    assert "MAJORDOMUS_REDIS_URL must start with redis://" in done.stderr
+    assert done.returncode == EXIT_CODE["invalid_input"]
+    assert "'http://127.0.0.1:6379/0' is not a Redis URL" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout

@@ -8,7 +8,7 @@ import pytest
 from majordomus.builtins import DemoInput, EventsInput
 from majordomus.errors import MajordomusError
 from majordomus.sanitize import sanitize_log_line
-from majordomus.schemas import REDACTED, coerce_strings, redact, validate_input
+from majordomus.schemas import REDACTED, coerce_strings, redact, schema_of, validate_input
 from tests.capabilities import Credentials
 
 
@@ -98,3 +98,23 @@ def test_query_strings_are_typed_by_the_schema() -> None:
     assert raw == {"id": "x-20260908T010203Z-0a1b2c3d", "after": 7, "limit": "x"}
     with pytest.raises(MajordomusError):
         validate_input(EventsInput, raw)
+
+
+class Inner(msgspec.Struct):
+    depth: int = 0
+    """How deep it goes."""
+
+
+class Outer(msgspec.Struct, rename="camel"):
+    inner_part: Inner
+    """The part inside."""
+    plain: int = 0
+
+
+def test_field_docstrings_become_property_descriptions() -> None:
+    demo = schema_of(DemoInput)["properties"]
+    assert demo["steps"]["description"] == "Steps to walk; bound 100."
+    outer = schema_of(Outer)
+    assert outer["properties"]["innerPart"]["description"] == "The part inside."
+    assert "description" not in outer["properties"]["plain"]
+    assert outer["$defs"]["Inner"]["properties"]["depth"]["description"] == "How deep it goes."
