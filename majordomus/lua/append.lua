@@ -26,6 +26,11 @@ local changed = {}
 local applied = 0
 
 local function is_final(s) return next(TRANSITIONS[s]) == nil end
+-- The parts of every envelope that do not change within the batch, joined once.
+local head_id = '{"schema_version":"1","event_id":"' .. id .. '#'
+local head_exec = '","execution_id":"' .. id .. '","sequence":'
+local head_ts = ',"timestamp":"' .. ts .. '","type":"'
+local progress = nil
 
 for i = 1, n do
   local t, d = ARGV[9 + 2 * i], ARGV[10 + 2 * i]
@@ -33,12 +38,15 @@ for i = 1, n do
   local target = STATE_OF[t]
   if target and not TRANSITIONS[state][target] then break end
   seq = seq + 1
-  local env = '{"schema_version":"1","event_id":"' .. id .. '#' .. seq .. '","execution_id":"' .. id ..
-    '","sequence":' .. seq .. ',"timestamp":"' .. ts .. '","type":"' .. t .. '"'
-  if d ~= '' then env = env .. ',"data":' .. d end
-  env = env .. '}'
-  redis.call('XADD', stream, 'MAXLEN', stream_max, seq .. '-0', 'e', env)
-  redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', seq, 'e', env)
+  local sq = tostring(seq)
+  local env
+  if d ~= '' then
+    env = head_id .. sq .. head_exec .. sq .. head_ts .. t .. '","data":' .. d .. '}'
+  else
+    env = head_id .. sq .. head_exec .. sq .. head_ts .. t .. '"}'
+  end
+  redis.call('XADD', stream, 'MAXLEN', stream_max, sq .. '-0', 'e', env)
+  redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', sq, 'e', env)
   applied = applied + 1
   if target then
     state = target
@@ -73,7 +81,8 @@ for i = 1, n do
       redis.call('DEL', KEYS[7])
     end
   elseif t == 'execution.progress' then
-    changed[#changed + 1] = 'progress'; changed[#changed + 1] = d
+    -- Only the last report of the batch is folded: the snapshot keeps the latest.
+    progress = d
   elseif t == 'execution.step.started' then
     steps = steps or cjson.decode(steps_json)
     local s = cjson.decode(d)
@@ -103,6 +112,9 @@ for i = 1, n do
 end
 
 if applied > 0 then
+  if progress then
+    changed[#changed + 1] = 'progress'; changed[#changed + 1] = progress
+  end
   if steps then
     changed[#changed + 1] = 'steps'
     changed[#changed + 1] = (#steps == 0) and '[]' or cjson.encode(steps)
