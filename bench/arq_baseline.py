@@ -3,12 +3,15 @@
 `python -m bench.arq_baseline --queue Q --max-jobs N --poll-delay S` runs arq's own
 `Worker` with its defaults (pickle serializer, results kept) but for the queue name, the
 job concurrency and the poll delay a scenario compares at. It prints `ready` once it polls.
+Beside `noop` it has `stamp`, a no-op that first writes the wall-clock time it started at
+into a Redis key (for pick-up latency: enqueue time to start time, on the one machine).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import time
 from typing import Any
 
 from arq.connections import RedisSettings
@@ -16,6 +19,12 @@ from arq.worker import Worker
 
 
 async def noop(ctx: dict[str, Any]) -> bool:
+    return True
+
+
+async def stamp(ctx: dict[str, Any], key: str) -> bool:
+    """A no-op that first records when it started (epoch seconds) under `key`."""
+    await ctx["redis"].set(key, repr(time.time()), ex=600)
     return True
 
 
@@ -31,7 +40,7 @@ def main() -> None:
     args = parser.parse_args()
     url = os.environ.get("MAJORDOMUS_REDIS_URL", "redis://127.0.0.1:6379/0")
     worker = Worker(
-        functions=[noop],
+        functions=[noop, stamp],
         queue_name=args.queue,
         max_jobs=args.max_jobs,
         poll_delay=args.poll_delay,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +27,10 @@ LUA_DIR = Path(__file__).parent / "lua"
 
 def now_stamp() -> tuple[str, int]:
     """The current time as RFC 3339 UTC with milliseconds, and as epoch milliseconds."""
-    now = time.time()
-    ms = int(now * 1000)
-    stamp = datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")
-    return stamp[:-3] + "Z", ms
+    ms = int(time.time() * 1000)
+    # time.strftime over datetime: this runs on every write, twice per execution at least.
+    seconds, millis = divmod(ms, 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z", ms
 
 
 def _lua_table(table: dict[str, Any]) -> str:
@@ -84,6 +83,7 @@ class Store:
         self._append = redis.register_script(_load_script("append.lua"))
         self._create = redis.register_script(_load_script("create.lua"))
         self._acquire = redis.register_script(_load_script("acquire_slot.lua"))
+        self._take_job = redis.register_script(_load_script("take_job.lua"))
 
     # -- writes -------------------------------------------------------------------------
 
@@ -188,6 +188,18 @@ class Store:
         raw = await self._append(keys=keys, args=args)
         secret = raw[4] if len(raw) > 4 else None
         return _append_result(raw, 1), secret
+
+    async def take_job(
+        self, queue: str, job_id: str, now_ms: int, in_progress_ms: int
+    ) -> int | None:
+        """Mark an arq job in progress for this worker, as arq does before running it, in one
+        trip; answers its queue score, or None when it runs elsewhere, is gone or not due."""
+        from arq.constants import in_progress_key_prefix
+
+        score = await self._take_job(
+            keys=[in_progress_key_prefix + job_id, queue], args=[job_id, now_ms, in_progress_ms]
+        )
+        return None if score is None else int(float(score))
 
     async def acquire_slot(self, capability: str, execution_id: str, limit: int) -> bool:
         _, ms = now_stamp()
