@@ -53,8 +53,6 @@ from majordomus.store import Store
 
 log = logging.getLogger("majordomus.live")
 
-FeedEntry = tuple[str, str, int, bytes]
-"""One feed entry: (feed id, execution id, sequence, the event's envelope JSON)."""
 
 LISTENER_BUFFER = 1024
 """Entries one listener may have waiting before it is marked behind and catches up from Redis."""
@@ -101,6 +99,42 @@ def feed_id_of(text: str) -> str:
     return f"{ms}-{seq}"
 
 
+class FeedEntry:
+    """One feed entry as the hub hands it to every listener: its envelope parsed once, and
+    its SSE message formatted once (per channel kind) however many listeners send it."""
+
+    __slots__ = ("feed_id", "execution_id", "sequence", "envelope", "type", "_scoped", "_feed")
+
+    def __init__(self, feed_id: str, execution_id: str, sequence: int, envelope: bytes) -> None:
+        self.feed_id = feed_id
+        self.execution_id = execution_id
+        self.sequence = sequence
+        self.envelope = envelope
+        self.type = event_type(envelope)
+        self._scoped: bytes | None = None
+        self._feed: bytes | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.type in TERMINAL_EVENT_TYPES
+
+    def scoped_message(self) -> bytes:
+        """The message of the execution's own channel (its sequence as the SSE id)."""
+        if self._scoped is None:
+            self._scoped = sse_event(self.sequence, self.type, self.envelope)
+        return self._scoped
+
+    def feed_message(self) -> bytes:
+        """The message of the unscoped channel (the feed id as the SSE id)."""
+        if self._feed is None:
+            self._feed = sse_event(self.feed_id, self.type, self.envelope)
+        return self._feed
+
+
+def feed_entries(raw: Iterable[tuple[str, str, int, bytes]]) -> list[FeedEntry]:
+    return [FeedEntry(*fields) for fields in raw]
+
+
 # -- the shared reader ------------------------------------------------------------------------
 
 
@@ -117,7 +151,7 @@ class Listener:
         self.missed: deque[str] = deque(maxlen=MISSED_IDS_KEPT)
         self.missed_beyond = 0
         self.closing: str | None = None
-        self._wake = asyncio.Event()
+        self._waiter: asyncio.Future[bool] | None = None
 
     def offer(self, entry: FeedEntry) -> None:
         if not self.behind and len(self.items) < self.size:
@@ -127,12 +161,17 @@ class Listener:
             if self.execution_id is None:
                 if len(self.missed) == MISSED_IDS_KEPT:
                     self.missed_beyond += 1
-                self.missed.append(entry[0])
-        self._wake.set()
+                self.missed.append(entry.feed_id)
+        self._wake()
 
     def close(self, reason: str) -> None:
         self.closing = reason
-        self._wake.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
 
     def caught_up(self) -> None:
         """Forget the buffer: the caller reads Redis next, so nothing offered later is lost."""
@@ -143,12 +182,21 @@ class Listener:
         """Until there is something to do (an entry, being behind, closing); False on timeout."""
         if self.items or self.behind or self.closing:
             return True
-        self._wake.clear()
+        # A bare future and a timer rather than `wait_for` on an `Event`: a fan-out wakes
+        # every listener of an execution per event, and `wait_for` costs each a new task.
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(timeout, _time_out, waiter)
         try:
-            await asyncio.wait_for(self._wake.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+            return await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+
+def _time_out(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
 
 
 class FeedHub:
@@ -205,7 +253,9 @@ class FeedHub:
                     _, newest, _ = await self.store.feed_state()
                     self.cursor = newest or "0-0"
                     self.started.set()
-                entries = await self.store.read_feed(self.cursor, READ_BLOCK_MS, FEED_PAGE)
+                entries = feed_entries(
+                    await self.store.read_feed(self.cursor, READ_BLOCK_MS, FEED_PAGE)
+                )
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -225,14 +275,14 @@ class FeedHub:
             if entries:
                 # The cursor moves and the entries go out with no await in between, so a
                 # listener registering now is offered exactly the entries after `cursor`.
-                self.cursor = entries[-1][0]
+                self.cursor = entries[-1].feed_id
                 self._dispatch(entries)
 
     def _dispatch(self, entries: list[FeedEntry]) -> None:
         for entry in entries:
             for listener in self.unscoped:
                 listener.offer(entry)
-            group = self.scoped.get(entry[1])
+            group = self.scoped.get(entry.execution_id)
             if group:
                 for listener in group:
                     listener.offer(entry)
@@ -562,16 +612,18 @@ class LiveChannel:
             chunk: list[bytes] = []
             ended = gap = gone = False
             while listener.items and not ended:
-                _, _, seq, envelope = listener.items.popleft()
+                entry = listener.items.popleft()
+                seq = entry.sequence
                 if seq <= last:
                     # Already sent, or before a cursor past the end; a terminal one still
                     # ends the channel.
-                    ended = event_type(envelope) in TERMINAL_EVENT_TYPES
+                    ended = entry.terminal
                     continue
                 if seq != last + 1:
                     gap = True
                     break
-                last, ended = self._emit([envelope], last, chunk, lag=False)
+                chunk.append(entry.scoped_message())
+                last, ended = seq, entry.terminal
             if not ended and (gap or (listener.behind and not listener.items)):
                 # Behind: forget the buffer (Redis is read next, so nothing offered from now
                 # on is lost) and catch up from the execution's own stream.
@@ -610,20 +662,20 @@ class LiveChannel:
         )
         await stream.start()
         chunk = [control(ready)]
-        for fid, _, _, envelope in events:
-            chunk.append(_feed_message(fid, envelope))
-            last_id = fid
+        for entry in events:
+            chunk.append(entry.feed_message())
+            last_id = entry.feed_id
         await stream.write(b"".join(chunk))
         await self._follow_all(last_id, listener, stream)
 
     async def _feed_after(self, after_id: str) -> list[FeedEntry]:
         entries: list[FeedEntry] = []
         while True:
-            page = await self.store.feed_after(after_id, FEED_PAGE)
+            page = feed_entries(await self.store.feed_after(after_id, FEED_PAGE))
             entries.extend(page)
             if len(page) < FEED_PAGE:
                 return entries
-            after_id = page[-1][0]
+            after_id = page[-1].feed_id
 
     async def _follow_all(self, last_id: str, listener: Listener, stream: _Stream) -> None:
         heartbeat = self.settings.heartbeat_seconds
@@ -637,12 +689,12 @@ class LiveChannel:
                 return
             chunk: list[bytes] = []
             while listener.items:
-                fid, _, _, envelope = listener.items.popleft()
-                key = feed_key(fid)
+                entry = listener.items.popleft()
+                key = feed_key(entry.feed_id)
                 if key <= last:
                     continue
-                chunk.append(_feed_message(fid, envelope))
-                last, last_id = key, fid
+                chunk.append(entry.feed_message())
+                last, last_id = key, entry.feed_id
             if listener.behind:
                 missed, beyond = list(listener.missed), listener.missed_beyond
                 listener.missed.clear()
@@ -654,9 +706,9 @@ class LiveChannel:
                 )
                 if dropped:
                     chunk.append(lagged(dropped))
-                for fid, _, _, envelope in await self._feed_after(last_id):
-                    chunk.append(_feed_message(fid, envelope))
-                    last, last_id = feed_key(fid), fid
+                for entry in await self._feed_after(last_id):
+                    chunk.append(entry.feed_message())
+                    last, last_id = feed_key(entry.feed_id), entry.feed_id
             if chunk:
                 await stream.write(b"".join(chunk))
 
@@ -693,7 +745,3 @@ async def _watch_disconnect(receive: Receive, task: asyncio.Task[Any] | None) ->
 
 def _event_message(seq: int, envelope: bytes) -> bytes:
     return sse_event(seq, event_type(envelope), envelope)
-
-
-def _feed_message(feed_id: str, envelope: bytes) -> bytes:
-    return sse_event(feed_id, event_type(envelope), envelope)
