@@ -39,9 +39,10 @@ from api.openapi import openapi_document, without_null
 from majordomus.config import LIMITS, Settings
 from majordomus.engine import LIVE_PATH, Engine
 from majordomus.errors import MajordomusError, invalid_input
-from majordomus.redis import DEFAULT_URL
-from majordomus.registry import Capability, load_capabilities
+from majordomus.loading import load_capabilities
+from majordomus.registry import Capability
 from majordomus.schemas import coerce_strings
+from majordomus.store.connect import DEFAULT_URL
 
 log = logging.getLogger("majordomus.api")
 

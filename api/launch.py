@@ -28,8 +28,9 @@ from api.app import API_MAX_CONNECTIONS, api_redis, client_name, create_app
 from api.live import FeedHub
 from majordomus.config import Settings
 from majordomus.engine import LIVE_PATH, Engine
-from majordomus.redis import DEFAULT_URL, EmbeddedRedis
-from majordomus.registry import load_capabilities
+from majordomus.loading import load_capabilities
+from majordomus.store.connect import DEFAULT_URL
+from majordomus.store.embedded import EmbeddedRedis
 
 log = logging.getLogger("majordomus.launch")
 

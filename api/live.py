@@ -49,7 +49,7 @@ from majordomus.model import (
     StreamReadyData,
 )
 from majordomus.states import FINAL
-from majordomus.store import Store
+from majordomus.store.executions import Store
 
 log = logging.getLogger("majordomus.live")
 

@@ -58,8 +58,9 @@ from api.errors import classify
 from majordomus.config import Settings
 from majordomus.context import Context
 from majordomus.engine import Engine
-from majordomus.episodes import EpisodeStore, HolderKind, episode_store, hold_seconds
+from majordomus.episodes import HolderKind, hold_seconds
 from majordomus.errors import MajordomusError
+from majordomus.loading import load_capabilities
 from majordomus.model import (
     ExecutionCancelled,
     ExecutionCancelling,
@@ -73,8 +74,9 @@ from majordomus.model import (
     ExecutionStepCompleted,
     ExecutionStepStarted,
 )
-from majordomus.redis import connect
-from majordomus.registry import Capability, load_capabilities
+from majordomus.registry import Capability
+from majordomus.store.connect import connect
+from majordomus.store.episodes import EpisodeStore
 
 log = logging.getLogger("majordomus.mcp")
 
@@ -282,7 +284,7 @@ class McpSurface:
         self.settings = settings
         self.stdio = stdio
         self.replica = replica_id()
-        self.episodes: EpisodeStore = episode_store(engine)
+        self.episodes: EpisodeStore = engine.episodes
         self.sessions: dict[str, Connection] = {}
         """Sessions of this replica holding an episode, by holder: renewed while they live."""
         self.handles: OrderedDict[str, None] = OrderedDict()

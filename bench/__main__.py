@@ -31,7 +31,7 @@ import psutil
 import redis as redis_sync
 
 from bench.harness import Bench, Row, workdir
-from majordomus.redis import EmbeddedRedis
+from majordomus.store.embedded import EmbeddedRedis
 
 SCENARIOS = ("throughput", "pickup", "events", "history", "live", "memory", "cli")
 """Modules of `bench/`, in the order they run and are numbered in BENCHMARKS.md."""

@@ -26,8 +26,8 @@ import time
 from bench.harness import Bench, Row, children, majordomus_worker, median, wait_for_workers
 from majordomus.context import BATCH_EVENTS
 from majordomus.engine import Engine
-from majordomus.keys import Keys
 from majordomus.states import FINAL
+from majordomus.store.keys import Keys
 
 GOAL_RATIO = 0.5
 

@@ -29,8 +29,10 @@ import psutil
 
 from majordomus.config import Settings
 from majordomus.engine import Engine
-from majordomus.redis import connect, free_port
-from majordomus.registry import REGISTRY, load_capabilities
+from majordomus.loading import load_capabilities
+from majordomus.registry import REGISTRY
+from majordomus.store.connect import connect
+from majordomus.store.embedded import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_PREFIX = os.environ.get("MAJORDOMUS_BENCH_PREFIX", "mdbench")

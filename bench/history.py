@@ -35,8 +35,8 @@ from bench.harness import (
     wait_for_api,
     wait_for_workers,
 )
-from majordomus.keys import Keys
 from majordomus.states import FINAL
+from majordomus.store.keys import Keys
 
 PAGE = 500
 """Events in the page asked for: the stream's cap and the page bound."""

@@ -45,7 +45,7 @@ from bench.harness import (
 )
 from majordomus.config import LIMITS
 from majordomus.engine import Engine
-from majordomus.keys import Keys
+from majordomus.store.keys import Keys
 
 MiB = 2**20
 EVENTS_PER_EXECUTION = 600

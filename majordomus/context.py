@@ -33,7 +33,7 @@ from majordomus.sanitize import sanitize_log_line
 
 if TYPE_CHECKING:
     from majordomus.engine import Engine
-    from majordomus.store import AppendResult, EventWrite, Store
+    from majordomus.store.executions import AppendResult, EventWrite, Store
 
 log = logging.getLogger("majordomus.context")
 _encode = msgspec.json.encode

@@ -44,7 +44,8 @@ from majordomus.model import (
 from majordomus.registry import Capability, Registry
 from majordomus.schemas import redact, schema_of, validate_input
 from majordomus.states import FINAL, is_final
-from majordomus.store import Store, encode
+from majordomus.store.episodes import EpisodeStore
+from majordomus.store.executions import Store, encode
 
 RUN_EXECUTION = "run_execution"
 """The one arq function every execution runs as (its arguments: id and capability)."""
@@ -87,6 +88,7 @@ class Engine:
         self.registry = registry
         self.settings = settings
         self.store = Store(redis, settings)
+        self.episodes = EpisodeStore(redis, settings)
         self.follow: EventFollower | None = None
         """Where `wait` waits for an execution's next events. Unset, it is a blocking read of
         the execution's stream (a Redis connection per waiter); the API points it at its one

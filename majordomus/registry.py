@@ -10,7 +10,6 @@ path) are refused when the declaration is made, i.e. at start-up.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -157,7 +156,8 @@ class Registry:
 
 
 REGISTRY = Registry()
-"""The process's registry: the built-ins and every module of `MAJORDOMUS_CAPABILITIES`."""
+"""The process's registry: the built-ins and every module of `MAJORDOMUS_CAPABILITIES`,
+filled by `majordomus.loading.load_capabilities`."""
 
 
 def capability(
@@ -201,18 +201,3 @@ def capability(
         return handler
 
     return declare
-
-
-def load_capabilities(modules: list[str]) -> Registry:
-    """Import the built-ins and each user module; a bad module name stops start-up clearly."""
-    importlib.import_module("majordomus.builtins")
-    importlib.import_module("majordomus.episodes")
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except ImportError as exc:
-            raise SystemExit(
-                f"majordomus: cannot load capabilities from {name!r} ({exc}); "
-                "check MAJORDOMUS_CAPABILITIES"
-            ) from None
-    return REGISTRY

@@ -23,8 +23,10 @@ import pytest
 
 from majordomus.config import Settings
 from majordomus.engine import Engine
-from majordomus.redis import EmbeddedRedis, connect
-from majordomus.registry import REGISTRY, load_capabilities
+from majordomus.loading import load_capabilities
+from majordomus.registry import REGISTRY
+from majordomus.store.connect import connect
+from majordomus.store.embedded import EmbeddedRedis
 
 ROOT = Path(__file__).resolve().parent.parent
 load_capabilities(["tests.capabilities"])

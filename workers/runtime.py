@@ -27,7 +27,8 @@ from majordomus.context import ExecutionCancelled, ExecutionContext, error_of
 from majordomus.engine import Engine, call_handler
 from majordomus.errors import MajordomusError
 from majordomus.registry import Registry
-from majordomus.store import encode, now_stamp
+from majordomus.store.clock import now_stamp
+from majordomus.store.executions import encode
 
 log = logging.getLogger("majordomus.worker")
 

@@ -18,8 +18,8 @@ from arq.worker import func
 
 from majordomus.config import Settings, settings
 from majordomus.engine import RUN_EXECUTION
-from majordomus.redis import connect
-from majordomus.registry import load_capabilities
+from majordomus.loading import load_capabilities
+from majordomus.store.connect import connect
 from workers.runtime import WorkerRuntime
 
 JOB_TIMEOUT_SECONDS = 7 * 24 * 3600

@@ -14,7 +14,7 @@ import time
 
 import httpx
 
-from majordomus.redis import free_port
+from majordomus.store.embedded import free_port
 from tests.api.conftest import start, wait_final
 from tests.conftest import ROOT
 

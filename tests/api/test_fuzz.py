@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import positive_data_acceptance
 from schemathesis.generation import GenerationMode
 
-from majordomus.redis import EmbeddedRedis
+from majordomus.store.embedded import EmbeddedRedis
 from tests.api.conftest import ApiProcess, WorkerChild
 
 EXAMPLES = 25

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 from httpx_sse import EventSource
 
-from majordomus.redis import EmbeddedRedis
+from majordomus.store.embedded import EmbeddedRedis
 from tests.api.conftest import ApiProcess, start
 from tests.api.test_http import assert_envelope
 

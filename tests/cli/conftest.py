@@ -21,9 +21,9 @@ import redis as redis_sync
 from typer.testing import CliRunner
 
 from majordomus.cli import app
-from majordomus.commands import register
+from majordomus.cli.commands import register
 from majordomus.config import settings
-from majordomus.redis import free_port
+from majordomus.store.embedded import free_port
 from tests.cli.terminal import Terminal
 from tests.conftest import ROOT
 

@@ -15,11 +15,11 @@ from rich.markup import escape
 from typer.testing import CliRunner
 
 from majordomus.cli import app
-from majordomus.commands import capability_command, register
+from majordomus.cli.commands import capability_command, register
 from majordomus.engine import Engine
 from majordomus.errors import EXIT_CODE
-from majordomus.redis import connect
 from majordomus.registry import REGISTRY, Registry, capability
+from majordomus.store.connect import connect
 from tests.cli.conftest import Cli
 
 

@@ -13,7 +13,7 @@ import typer
 import yaml
 
 from majordomus.cli import app
-from majordomus.commands import register
+from majordomus.cli.commands import register
 from majordomus.config import ENV_PREFIX, Settings
 from majordomus.docs import settings_table
 from tests.conftest import ROOT
@@ -128,7 +128,8 @@ def test_the_image_installs_every_package_the_project_ships() -> None:
         assert SERVICES[service]["build"] == "."
     dockerfile = (ROOT / "Dockerfile").read_text()
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    for package in pyproject["tool"]["setuptools"]["packages"]:
+    tops = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    for package in sorted(tops):
         assert f"COPY {package} ./{package}" in dockerfile
     assert "pip install ." in dockerfile
     assert 'CMD ["majordomus", "serve", "--host", "0.0.0.0", "--port", "8000"]' in dockerfile

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from majordomus.errors import EXIT_CODE
-from majordomus.redis import free_port
+from majordomus.store.embedded import free_port
 from tests.cli.conftest import child_env
 from tests.conftest import ROOT
 

@@ -11,7 +11,7 @@ import pytest
 from majordomus.engine import Engine
 from majordomus.errors import MajordomusError
 from majordomus.states import STATES, may_move_to
-from majordomus.store import encode
+from majordomus.store.executions import encode
 
 FAILED = encode({"error": {"code": "internal", "message": "x", "correlation_id": "c"}})
 EVENT_FOR = {

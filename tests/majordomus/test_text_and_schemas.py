@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from majordomus.builtins import DemoInput, EventsInput
+from majordomus.builtins.executions import DemoInput, EventsInput
 from majordomus.errors import MajordomusError
 from majordomus.sanitize import sanitize_log_line
 from majordomus.schemas import REDACTED, coerce_strings, redact, schema_of, validate_input

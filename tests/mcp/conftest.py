@@ -23,7 +23,7 @@ import anyio
 import httpx
 import pytest
 
-from majordomus.redis import free_port
+from majordomus.store.embedded import free_port
 from tests.conftest import ROOT, WorkerProcess, _redis_url, wait_for_workers
 
 BASE_ENV = {

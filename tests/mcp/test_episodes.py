@@ -13,7 +13,7 @@ from mcp import Client
 
 from majordomus.context import Context
 from majordomus.engine import Engine
-from majordomus.episodes import Episode, episode_store
+from majordomus.episodes import Episode
 from majordomus.errors import MajordomusError
 from tests.conftest import until
 from tests.mcp.conftest import MODES, ApiProcess, call, failure
@@ -22,7 +22,7 @@ HANDLE = "majordomus/episode"
 
 
 async def episode_of(engine: Engine, external_id: str) -> Episode | None:
-    return await episode_store(engine).get(external_id)
+    return await engine.episodes.get(external_id)
 
 
 async def state_of(engine: Engine, external_id: str) -> str | None:
@@ -162,7 +162,7 @@ async def test_the_reaper_closes_an_abandoned_episode_as_expired(
     assert answer["episode"]["state"] == "open"
 
     async def expired() -> Any:
-        records = await episode_store(engine).closed(10)
+        records = await engine.episodes.closed(10)
         return [r for r in records if r.external_id == "abandoned"]
 
     [record] = await until(expired, timeout=30)

@@ -9,7 +9,6 @@ import pytest
 from mcp import Client, StdioServerParameters
 
 from majordomus.engine import Engine
-from majordomus.episodes import episode_store
 from majordomus.registry import REGISTRY
 from tests.conftest import ROOT, _redis_url, until
 from tests.mcp.conftest import MODES, PROTOCOL_OF, call, failure, process_env
@@ -67,7 +66,7 @@ async def test_stdio_serves_the_registry_executions_and_episodes(
 
         await call(client, "majordomus_session_attach", {"external_id": "desk-2"})
     # The client went away without detaching: its episode is detached, not closed.
-    store = episode_store(engine)
+    store = engine.episodes
 
     async def detached() -> bool:
         episode = await store.get("desk-2")

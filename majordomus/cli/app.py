@@ -24,9 +24,9 @@ def _require_redis() -> None:
     """Exit with a sentence, not a traceback, when the configured Redis does not answer."""
     import redis
 
-    from majordomus.client import shown_url
+    from majordomus.cli.transport import shown_url
     from majordomus.errors import EXIT_CODE
-    from majordomus.redis import DEFAULT_URL
+    from majordomus.store.connect import DEFAULT_URL
 
     url = settings().redis_url or DEFAULT_URL
     try:
@@ -102,7 +102,7 @@ def mcp() -> None:
 
 def _mount_commands() -> None:
     try:
-        from majordomus.commands import register
+        from majordomus.cli.commands import register
     except ImportError:
         return
     register(app)

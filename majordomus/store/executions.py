@@ -1,4 +1,4 @@
-"""The Redis store: the only module above which no Redis command is named.
+"""The executions' Redis: snapshots, event streams, indexes and the global feed.
 
 Per execution: a snapshot hash and an event stream capped at exactly 500 entries whose
 entry ids are the sequences (`<seq>-0`), so a page is one `XRANGE` from the cursor. Every
@@ -9,44 +9,17 @@ capped) is what the unscoped live channel and the API's single shared reader fol
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import msgspec
 from redis.asyncio import Redis
 
 from majordomus.config import LIMITS, Settings
-from majordomus.keys import Keys
-from majordomus.states import STATE_OF_EVENT, TRANSITIONS
-
-LUA_DIR = Path(__file__).parent / "lua"
-
-
-def now_stamp() -> tuple[str, int]:
-    """The current time as RFC 3339 UTC with milliseconds, and as epoch milliseconds."""
-    ms = int(time.time() * 1000)
-    # time.strftime over datetime: this runs on every write, twice per execution at least.
-    seconds, millis = divmod(ms, 1000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z", ms
-
-
-def _lua_table(table: dict[str, Any]) -> str:
-    def value(v: Any) -> str:
-        if isinstance(v, str):
-            return f"'{v}'"
-        inner = ", ".join(f"['{k}'] = true" for k in sorted(v))
-        return "{" + inner + "}"
-
-    return "{" + ", ".join(f"['{k}'] = {value(v)}" for k, v in table.items()) + "}"
-
-
-def _load_script(name: str) -> str:
-    text = (LUA_DIR / name).read_text()
-    text = text.replace("--@TRANSITIONS@", _lua_table(TRANSITIONS))
-    return text.replace("--@STATE_OF@", _lua_table(STATE_OF_EVENT))
+from majordomus.store.clock import now_stamp
+from majordomus.store.keys import Keys
+from majordomus.store.scripts import load_script
 
 
 @dataclass(frozen=True)
@@ -80,10 +53,10 @@ class Store:
         self.redis = redis
         self.settings = settings
         self.keys = Keys(settings.key_prefix)
-        self._append = redis.register_script(_load_script("append.lua"))
-        self._create = redis.register_script(_load_script("create.lua"))
-        self._acquire = redis.register_script(_load_script("acquire_slot.lua"))
-        self._take_job = redis.register_script(_load_script("take_job.lua"))
+        self._append = redis.register_script(load_script("append.lua"))
+        self._create = redis.register_script(load_script("create.lua"))
+        self._acquire = redis.register_script(load_script("acquire_slot.lua"))
+        self._take_job = redis.register_script(load_script("take_job.lua"))
 
     # -- writes -------------------------------------------------------------------------
 

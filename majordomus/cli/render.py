@@ -385,7 +385,7 @@ def generic(console: Console, value: Data) -> None:
 
 def renderer_for(output_type: type) -> Callable[[Console, Data], None]:
     """The picture of a capability's answer, chosen by its output type."""
-    from majordomus.builtins import CapabilityList, CapabilityView
+    from majordomus.builtins.capabilities import CapabilityList, CapabilityView
     from majordomus.model import (
         CancelOutput,
         EventHistory,

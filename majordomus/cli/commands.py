@@ -33,12 +33,13 @@ from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 
-from majordomus.client import Direct, Transport, redis_failure, transport
+from majordomus.cli.transport import Direct, Transport, redis_failure, transport
 from majordomus.config import settings
 from majordomus.docs import field_docs, type_text
 from majordomus.errors import EXIT_CODE, MajordomusError, invalid_input, refused
 from majordomus.ids import require_execution_id
-from majordomus.registry import Capability, Registry, load_capabilities
+from majordomus.loading import load_capabilities
+from majordomus.registry import Capability, Registry
 from majordomus.schemas import coerce_strings
 from majordomus.states import is_final
 
@@ -292,8 +293,8 @@ def capability_command(cap: Capability) -> Callable[..., None]:
 async def call_and_show(
     cap: Capability, given: dict[str, Any], fmt: Format, api: str | None
 ) -> None:
-    from majordomus.builtins import CapabilityView
-    from majordomus.render import capability_view, renderer_for
+    from majordomus.builtins.capabilities import CapabilityView
+    from majordomus.cli.render import capability_view, renderer_for
 
     raw = typed_input(cap, given)
 
@@ -352,7 +353,7 @@ async def warn_without_workers(t: Transport, errors: Console) -> None:
     """Straight on Redis, say so when no worker is beating: the execution would only wait."""
     if not isinstance(t, Direct):
         return
-    from majordomus.queue import worker_presence
+    from majordomus.reports import worker_presence
 
     workers = await worker_presence(t.store)
     if not any(not w.silent and w.accepting for w in workers):
@@ -372,7 +373,7 @@ async def follow_to_end(
     The first Ctrl-C asks it to cancel and goes on following; a second stops following and
     leaves it running, saying how to follow it again.
     """
-    from majordomus.render import Follower, outcome
+    from majordomus.cli.render import Follower, outcome
 
     reg = registry()
     console, errors = stdout(), stderr()
@@ -624,8 +625,8 @@ def queue(
     than MAJORDOMUS_LEASE_SECONDS or its lease is gone: its executions are about to be failed
     as unavailable. With --format json --watch: one JSON report per line.
     """
-    from majordomus.queue import queue_report
-    from majordomus.render import queue_view
+    from majordomus.cli.render import queue_view
+    from majordomus.reports import queue_report
 
     async def body() -> None:
         _direct_only(api, "majordomus queue")
@@ -647,8 +648,8 @@ def workers(
 ) -> None:
     """The workers: host, pid, executions running, seconds since the last beat, silent ones
     marked. Read straight from MAJORDOMUS_REDIS_URL."""
-    from majordomus.queue import worker_report
-    from majordomus.render import workers_view
+    from majordomus.cli.render import workers_view
+    from majordomus.reports import worker_report
 
     async def body() -> None:
         _direct_only(api, "majordomus workers")

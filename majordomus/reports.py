@@ -17,7 +17,8 @@ from msgspec import UNSET, UnsetType
 
 from majordomus.errors import ExecutionError
 from majordomus.model import ProgressView
-from majordomus.store import Store, now_stamp
+from majordomus.store.clock import now_stamp
+from majordomus.store.executions import Store
 
 RECENT_FINISHED = 200
 """How many of the latest finished executions are looked through for failures."""

@@ -28,9 +28,9 @@ from majordomus.config import Settings
 from majordomus.engine import LIVE_PATH, Engine
 from majordomus.errors import MajordomusError, invalid_input, refused, unavailable
 from majordomus.ids import require_execution_id
-from majordomus.redis import DEFAULT_URL
 from majordomus.registry import Capability, Registry
 from majordomus.states import is_final
+from majordomus.store.connect import DEFAULT_URL
 
 Message = dict[str, Any]
 """An event envelope or a live-channel control message, as plain JSON values."""

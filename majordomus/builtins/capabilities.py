@@ -1,0 +1,122 @@
+"""The `capabilities.*` built-ins: what this server can do, read from its registry.
+
+Declared like any user's capability; the view they answer is the registry's record as
+clients see it (schemas and exposures), never a second description.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from majordomus.context import Context
+from majordomus.registry import REGISTRY, Capability, capability
+
+
+class HttpRoute(msgspec.Struct):
+    method: str
+    path: str
+
+
+class ExposureView(msgspec.Struct):
+    """Where a capability is reachable; `null` says it is not on that surface."""
+
+    mcp_tool: str | None
+    http: HttpRoute | None
+    cli: str | None
+
+
+class CapabilityView(msgspec.Struct):
+    id: str
+    module: str
+    kind: str
+    title: str
+    description: str
+    stability: str
+    cancellable: bool
+    executable: bool
+    max_concurrency: int | None
+    tags: list[str]
+    exposure: ExposureView
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+
+
+class CapabilityList(msgspec.Struct):
+    count: int
+    capabilities: list[CapabilityView]
+
+
+def view_of(cap: Capability) -> CapabilityView:
+    e = cap.exposure
+    return CapabilityView(
+        id=cap.id,
+        module=cap.module,
+        kind=cap.kind,
+        title=cap.title,
+        description=cap.description,
+        stability=cap.stability,
+        cancellable=cap.cancellable,
+        executable=cap.executable,
+        max_concurrency=cap.max_concurrency,
+        tags=list(cap.tags),
+        exposure=ExposureView(
+            e.mcp_tool,
+            HttpRoute(e.http_method, e.http_path) if e.http_method and e.http_path else None,
+            "majordomus " + " ".join(e.cli_path) if e.cli_path else None,
+        ),
+        input_schema=cap.input_schema,
+        output_schema=cap.output_schema,
+    )
+
+
+class CapabilitiesInput(msgspec.Struct, forbid_unknown_fields=True):
+    """`capabilities.list` takes an optional module filter."""
+
+    module: str | None = None
+
+
+@capability(
+    "capabilities.list",
+    kind="query",
+    input=CapabilitiesInput,
+    output=CapabilityList,
+    title="List capabilities",
+    description="Every capability this server knows, with its schemas and exposures.",
+    stability="stable",
+    tags=("registry",),
+    mcp="majordomus_capabilities",
+    http=("GET", "/api/v1/capabilities"),
+    cli=("capabilities", "list"),
+    executable=False,
+)
+async def list_capabilities(ctx: Context, inp: CapabilitiesInput) -> CapabilityList:
+    registry = ctx.engine.registry if ctx.engine else REGISTRY
+    views = [view_of(c) for c in registry if inp.module in (None, c.module)]
+    return CapabilityList(len(views), views)
+
+
+class DescribeInput(msgspec.Struct, forbid_unknown_fields=True):
+    """The capability to describe."""
+
+    id: str
+
+
+@capability(
+    "capabilities.describe",
+    kind="query",
+    input=DescribeInput,
+    output=CapabilityView,
+    title="Describe a capability",
+    description="One capability: its description, schemas and where it is exposed.",
+    stability="stable",
+    tags=("registry",),
+    mcp="majordomus_capability",
+    http=("GET", "/api/v1/capability"),
+    cli=("capabilities", "describe"),
+    executable=False,
+)
+async def describe_capability(ctx: Context, inp: DescribeInput) -> CapabilityView:
+    registry = ctx.engine.registry if ctx.engine else REGISTRY
+    return view_of(registry.require(inp.id))
