@@ -45,12 +45,16 @@ from majordomus.registry import Capability, Registry
 from majordomus.schemas import redact, schema_of, validate_input
 from majordomus.states import FINAL, is_final
 from majordomus.store.episodes import EpisodeStore
-from majordomus.store.executions import Store, encode
+from majordomus.store.executions import FeedEntry, RawPage, Store, encode
 
 RUN_EXECUTION = "run_execution"
 """The one arq function every execution runs as (its arguments: id and capability)."""
 
 LIVE_PATH = "/events"
+
+FeedPage = list[FeedEntry]
+StoredEvents = list[bytes]
+WorkerIds = list[str]
 
 _steps_decoder = msgspec.json.Decoder(list[StepView])
 _diags_decoder = msgspec.json.Decoder(list[ExecutionDiagnostic])
@@ -270,6 +274,44 @@ class Engine:
             if ended or not raws:
                 snap = await self.get(execution_id)
         return snap
+
+    # -- reads for the surfaces ---------------------------------------------------------
+    # What the live channel, the probes and the CLI read, so no surface reaches into the
+    # store: raw pages and feed entries (passed through as stored JSON), the queue and
+    # worker reports, and the connection's own health.
+
+    async def raw_page(self, execution_id: str, after: int, limit: int) -> RawPage | None:
+        """Stored events after `after` as JSON bytes, with the page's state; None when unknown."""
+        return await self.store.page(execution_id, after, limit)
+
+    async def read_stream_after(self, execution_id: str, after: int, block_ms: int) -> StoredEvents:
+        """One execution's events after `after`, waiting up to `block_ms` for the first."""
+        return await self.store.read_stream_after(execution_id, after, block_ms)
+
+    async def read_feed(
+        self, last_id: str, block_ms: int | None, count: int = 1000
+    ) -> FeedPage:
+        """Global feed entries after `last_id`, waiting up to `block_ms` for the first."""
+        return await self.store.read_feed(last_id, block_ms, count)
+
+    async def feed_after(self, after_id: str, count: int) -> FeedPage:
+        """Retained global feed entries after `after_id`, oldest first, at most `count`."""
+        return await self.store.feed_after(after_id, count)
+
+    async def feed_state(self) -> tuple[str | None, str | None, int]:
+        """The oldest and newest retained feed ids, and how many entries the feed holds."""
+        return await self.store.feed_state()
+
+    async def workers_beating(self, since_ms: int) -> WorkerIds:
+        """The ids of workers whose last beat is at or after `since_ms` (epoch ms)."""
+        return await self.store.workers_beating(since_ms)
+
+    async def ping(self) -> bool:
+        return await self.store.ping()
+
+    async def aclose(self) -> None:
+        """Close this engine's Redis connections."""
+        await self.redis.aclose()
 
     def protocol(self) -> ProtocolInfo:
         s = self.settings

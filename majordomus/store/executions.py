@@ -47,6 +47,9 @@ class RawPage:
 EventWrite = tuple[str, bytes]
 """An event to append: its type and its `data` as JSON bytes (b'' for none)."""
 
+FeedEntry = tuple[str, str, int, bytes]
+"""A global feed entry: (feed id, execution id, sequence, the event's stored JSON)."""
+
 
 class Store:
     def __init__(self, redis: Redis, settings: Settings) -> None:
@@ -274,7 +277,7 @@ class Store:
 
     async def read_feed(
         self, last_id: str, block_ms: int | None, count: int = 1000
-    ) -> list[tuple[str, str, int, bytes]]:
+    ) -> list[FeedEntry]:
         """Global feed entries after `last_id`: (feed id, execution id, sequence, envelope)."""
         raw = await self.redis.xread({self.keys.feed: last_id}, count=count, block=block_ms)
         if not raw:
@@ -365,7 +368,7 @@ class Store:
 
     async def feed_after(
         self, after_id: str, count: int
-    ) -> list[tuple[str, str, int, bytes]]:
+    ) -> list[FeedEntry]:
         """Retained feed entries after `after_id` (exclusive), oldest first, at most `count`."""
         raw = await self.redis.xrange(self.keys.feed, f"({after_id}", "+", count=count)
         return [(fid.decode(), f[b"x"].decode(), int(f[b"s"]), f[b"e"]) for fid, f in raw]
