@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
@@ -93,3 +94,15 @@ LIMITS = Limits()
 def settings() -> Settings:
     """The process's settings, read once."""
     return Settings.from_env()
+
+
+def shown_url(url: str) -> str:
+    """A URL fit for a message or a banner: any password replaced by `***`."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, ""))

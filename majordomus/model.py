@@ -218,6 +218,47 @@ def event_type_of(event: ExecutionEvent) -> str:
     return str(event.__struct_config__.tag)
 
 
+def progress_text(progress: ProgressView) -> str:
+    """A progress report as a person reads it: `3/10 resizing` (or `3` without a total)."""
+    amount = f"{progress.current}/{progress.total}" if progress.total is not None else str(
+        progress.current
+    )
+    return f"{amount} {progress.message}" if progress.message else amount
+
+
+def describe_event(event: ExecutionEvent) -> str:
+    """One event in a few words, as a person reads it: the line an MCP progress
+    notification carries and the CLI prints for an event it draws no widget for."""
+    if isinstance(event, ExecutionCreated):
+        return f"created: {event.data.capability}"
+    if isinstance(event, ExecutionQueued):
+        return f"queued, {event.data.ahead} ahead"
+    if isinstance(event, ExecutionStarted):
+        return "running"
+    if isinstance(event, ExecutionProgress):
+        return progress_text(event.data)
+    if isinstance(event, ExecutionStepStarted):
+        return f"step {event.data.name} started: {event.data.title}"
+    if isinstance(event, ExecutionStepCompleted):
+        step = event.data
+        outcome = "done" if step.ok else "failed"
+        return f"step {step.name} {outcome}" + (f": {step.detail}" if step.detail else "")
+    if isinstance(event, ExecutionLog):
+        return f"log: {event.data.message}"
+    if isinstance(event, ExecutionDiagnosticEvent):
+        diag = event.data
+        return f"{diag.severity} {diag.code}: {diag.summary}"
+    if isinstance(event, ExecutionCancelling):
+        return f"cancelling (asked by {event.data.by})"
+    if isinstance(event, ExecutionCancelled):
+        return "cancelled"
+    if isinstance(event, ExecutionCompleted):
+        return "succeeded"
+    if isinstance(event, ExecutionFailed):
+        return f"failed: {event.data.error.code}: {event.data.error.message}"
+    return event_type_of(event)
+
+
 class ExecutionList(msgspec.Struct):
     """The answer of `executions.list`: newest first, with the cluster's queue at a glance."""
 

@@ -1,0 +1,150 @@
+"""The layout's rules, read from the source: Redis only in the store, dependencies one way.
+
+These are lint rules kept as tests, so a change that breaks the architecture fails the
+suite with the module and line that did it:
+
+- nothing outside `majordomus/store/` imports the Redis client (`redis`, `fakeredis`) or
+  calls a Redis command on anything (a method named like a Redis command that no dict,
+  list, set or str has; `pipeline`, `pubsub`, `register_script`, `execute_command`);
+- nothing in the core (`majordomus/` but its `cli/` surface) imports `api`, `workers` or
+  the CLI; only `majordomus/store/` knows arq's key names and job format;
+- the store imports none of the layers above it (engine, context, registry, built-ins);
+- the surfaces meet only where the process commands are wired
+  (`majordomus/cli/processes.py`, and `api/launch.py`, which runs a worker in `dev`).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import redis.asyncio
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("majordomus", "workers", "api")
+
+_NOT_COMMANDS = (
+    set(dir(dict)) | set(dir(list)) | set(dir(set)) | set(dir(str)) | set(dir(bytes))
+    | {
+        # Names Redis shares with everyday Python: too common to mean a command.
+        "get", "set", "delete", "exists", "keys", "type", "time", "echo", "close", "aclose",
+        "info", "sort", "copy", "move", "dump", "lock", "scan", "wait", "eval", "role",
+        "save", "shutdown", "failover", "ping", "register", "client", "monitor", "reset",
+        "append", "lastsave", "object", "memory", "lcs", "acl", "function", "transaction",
+        "readonly", "readwrite", "quit", "hello", "auth", "select", "randomkey", "debug",
+        "module", "command", "config", "cluster", "slowlog", "latency", "sync", "psync",
+        "bitfield", "tfunction", "stralgo", "substr", "restore", "sentinel", "replicaof",
+        "slaveof", "touch", "unlink", "watch", "unwatch", "bgsave", "bgrewriteaof",
+        "initialize", "load_external_module", "parse_response", "response_callbacks",
+        "connection_pool", "connection", "from_url", "from_pool", "single_connection_client",
+        "auto_close_connection_pool", "get_connection_kwargs", "get_encoder", "get_retry",
+        "set_retry", "set_response_callback", "on_connect", "json", "ft", "ts", "bf", "cf",
+        "cms", "tdigest", "topk", "graph", "search", "expire", "decode",
+    }
+)
+REDIS_COMMANDS = {
+    name
+    for name in dir(redis.asyncio.Redis)
+    if not name.startswith("_") and name not in _NOT_COMMANDS
+} | {"pipeline", "pubsub", "register_script", "execute_command", "publish", "expire"}
+
+CORE_MAY_NOT_IMPORT = ("api", "workers", "majordomus.cli", "arq", "redis", "fakeredis")
+STORE_MAY_NOT_IMPORT = (
+    "majordomus.engine",
+    "majordomus.context",
+    "majordomus.registry",
+    "majordomus.loading",
+    "majordomus.builtins",
+    "majordomus.cli",
+    "api",
+    "workers",
+)
+WHERE_SURFACES_MEET = {"majordomus/cli/processes.py", "api/launch.py"}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def _imports(tree: ast.AST) -> list[tuple[int, str]]:
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def _names(name: str, roots: tuple[str, ...]) -> bool:
+    return any(name == root or name.startswith(root + ".") for root in roots)
+
+
+def _layer(rel: str) -> str:
+    if rel.startswith("majordomus/store/"):
+        return "store"
+    if rel.startswith("majordomus/cli/"):
+        return "cli"
+    if rel.startswith("majordomus/"):
+        return "core"
+    return rel.split("/", 1)[0]
+
+
+def _violations() -> list[str]:
+    found: list[str] = []
+    for path in _modules():
+        rel = _rel(path)
+        layer = _layer(rel)
+        tree = ast.parse(path.read_text(), filename=rel)
+        for line, name in _imports(tree):
+            where = f"{rel}:{line} imports {name}"
+            if layer != "store" and _names(name, ("redis", "fakeredis")):
+                found.append(f"{where}: only majordomus/store/ speaks to Redis")
+            if layer == "core" and _names(name, CORE_MAY_NOT_IMPORT):
+                found.append(f"{where}: the core imports no surface, worker, arq or Redis")
+            if layer == "store" and _names(name, STORE_MAY_NOT_IMPORT):
+                found.append(f"{where}: the store depends on nothing above it")
+            crosses = (layer == "cli" and _names(name, ("api", "workers"))) or (
+                layer == "api" and _names(name, ("workers", "majordomus.cli"))
+            ) or (layer == "workers" and _names(name, ("api", "majordomus.cli")))
+            if crosses and rel not in WHERE_SURFACES_MEET:
+                found.append(f"{where}: surfaces meet only in {sorted(WHERE_SURFACES_MEET)}")
+        if layer == "store":
+            continue
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in REDIS_COMMANDS
+            ):
+                found.append(
+                    f"{rel}:{node.lineno} calls .{node.func.attr}(): "
+                    "a Redis command belongs in majordomus/store/"
+                )
+    return found
+
+
+def test_the_rules_see_the_commands_they_forbid() -> None:
+    for command in ("xadd", "xread", "hgetall", "zadd", "zrange", "pipeline", "publish"):
+        assert command in REDIS_COMMANDS
+    for everyday in ("get", "items", "append", "keys", "wait", "decode"):
+        assert everyday not in REDIS_COMMANDS
+
+
+@pytest.mark.parametrize("rule", ["redis only in the store, dependencies one way"])
+def test_no_module_breaks_the_layout(rule: str) -> None:
+    assert _violations() == [], rule
+
+
+def test_every_module_says_what_it_is_for() -> None:
+    missing = [
+        _rel(p)
+        for p in _modules()
+        if p.read_text().strip() and ast.get_docstring(ast.parse(p.read_text())) is None
+    ]
+    assert missing == []
