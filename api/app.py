@@ -11,7 +11,6 @@ is decided by `api.access` before any handler runs.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 import socket
@@ -29,12 +28,12 @@ from litestar.handlers import BaseRouteHandler
 from litestar.middleware import DefineMiddleware
 from litestar.types import Receive, Scope, Send
 from msgspec import UNSET, UnsetType
-from redis.asyncio import BlockingConnectionPool, Redis
 
 from api.access import AccessGuard
 from api.docs import DOCS_HTML
-from api.errors import JSON, REDIS_DOWN, error_response, make_exception_handler
+from api.errors import JSON, error_response, make_exception_handler
 from api.live import LISTENER_BUFFER, FeedHub, LiveChannel
+from api.mcp import build_mcp
 from api.openapi import openapi_document, without_null
 from majordomus.config import LIMITS, Settings
 from majordomus.engine import LIVE_PATH, Engine
@@ -42,7 +41,8 @@ from majordomus.errors import MajordomusError, invalid_input
 from majordomus.loading import load_capabilities
 from majordomus.registry import Capability
 from majordomus.schemas import coerce_strings
-from majordomus.store.connect import DEFAULT_URL
+from majordomus.store.connect import api_client
+from majordomus.store.failures import UNREACHABLE
 
 log = logging.getLogger("majordomus.api")
 
@@ -63,18 +63,10 @@ def client_name() -> str:
     return f"majordomus-api:{socket.gethostname()}:{os.getpid()}"
 
 
-def api_redis(url: str | None, max_connections: int = API_MAX_CONNECTIONS) -> Redis:
-    """The API's one Redis client: a pool of at most `max_connections` that waits for a free
-    connection rather than opening another, each connection named for `CLIENT LIST`."""
-    pool = BlockingConnectionPool.from_url(
-        url or DEFAULT_URL,
-        max_connections=max_connections,
-        timeout=10,
-        client_name=client_name(),
-        socket_connect_timeout=3,
-        socket_timeout=15,
-    )
-    return Redis(connection_pool=pool)
+def api_redis(url: str | None, max_connections: int = API_MAX_CONNECTIONS) -> Any:
+    """The API's one Redis client (`majordomus.store.connect.api_client`), named for this
+    process in `CLIENT LIST`."""
+    return api_client(url, max_connections, client_name())
 
 
 # -- capability routes ------------------------------------------------------------------------
@@ -176,21 +168,6 @@ def capability_route(cap: Capability, engine: Engine) -> BaseRouteHandler:
 # -- the application --------------------------------------------------------------------------
 
 
-def build_mcp(engine: Engine, settings: Settings) -> Any:
-    """`api.mcp.build_mcp(engine, settings)` when that module provides it, else None."""
-    try:
-        module = importlib.import_module("api.mcp")
-    except ModuleNotFoundError as exc:
-        if exc.name != "api.mcp":
-            log.warning("MCP is not mounted: api.mcp needs %s", exc.name)
-        return None
-    except ImportError as exc:
-        log.warning("MCP is not mounted: %s", exc)
-        return None
-    build = getattr(module, "build_mcp", None)
-    return build(engine, settings) if build is not None else None
-
-
 def create_app(
     settings: Settings,
     engine: Engine | None = None,
@@ -204,10 +181,9 @@ def create_app(
     if engine is None:
         registry = load_capabilities(settings.capabilities)
         engine = Engine(api_redis(settings.redis_url, max_connections), registry, settings)
-    store = engine.store
-    hub = FeedHub(store, settings, buffer=listener_buffer)
+    hub = FeedHub(engine, settings, buffer=listener_buffer)
     engine.follow = hub.read_after
-    channel = LiveChannel(hub, settings)
+    channel = LiveChannel(engine, hub, settings)
 
     caps = [c for c in engine.registry if c.exposure.http_method and c.exposure.http_path]
     handlers: list[Any] = [capability_route(cap, engine) for cap in caps]
@@ -234,10 +210,10 @@ def create_app(
     @get("/api/v1/ready", include_in_schema=False)
     async def ready_probe() -> Response[Any]:
         try:
-            await store.ping()
+            await engine.ping()
             since = int(time.time() * 1000 - settings.lease_seconds * 1000)
-            workers = await store.workers_beating(since)
-        except REDIS_DOWN as exc:
+            workers = await engine.workers_beating(since)
+        except UNREACHABLE as exc:
             return error_response(
                 MajordomusError(
                     "unavailable",
@@ -264,12 +240,13 @@ def create_app(
         {p: ["GET"] for p in ("/openapi.json", "/docs", "/api/v1/live", "/api/v1/ready")}
     )
 
-    mcp = build_mcp(engine, settings) if mount_mcp else None
+    mcp = build_mcp(engine, settings) if mount_mcp else None  # an import error fails start-up
     if mcp is not None:
 
         @asgi("/mcp", is_mount=True, copy_scope=True, include_in_schema=False)
         async def mcp_endpoint(scope: Scope, receive: Receive, send: Send) -> None:
-            await mcp.asgi(scope, receive, send)
+            app: Any = mcp.asgi  # the SDK types ASGI as Starlette does, Litestar more narrowly
+            await app(scope, receive, send)
 
         handlers.append(mcp_endpoint)
 
@@ -284,7 +261,7 @@ def create_app(
         finally:
             await hub.stop()
             if owns_redis:
-                await engine.redis.aclose()
+                await engine.aclose()
 
     app = Litestar(
         route_handlers=handlers,

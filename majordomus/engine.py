@@ -14,8 +14,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
-from arq.jobs import serialize_job
-from redis.asyncio import Redis
 
 from majordomus.config import LIMITS, Settings
 from majordomus.context import Context
@@ -44,11 +42,11 @@ from majordomus.model import (
 from majordomus.registry import Capability, Registry
 from majordomus.schemas import redact, schema_of, validate_input
 from majordomus.states import FINAL, is_final
+from majordomus.store.connect import RedisClient
 from majordomus.store.episodes import EpisodeStore
-from majordomus.store.executions import FeedEntry, RawPage, Store, encode
-
-RUN_EXECUTION = "run_execution"
-"""The one arq function every execution runs as (its arguments: id and capability)."""
+from majordomus.store.executions import RawPage, Store, encode
+from majordomus.store.feed import FeedEntry
+from majordomus.store.queue import job_payload
 
 LIVE_PATH = "/events"
 
@@ -69,25 +67,13 @@ def clamp(value: int | None, default: int, bound: int) -> int:
     return min(value, bound)
 
 
-def job_payload(execution_id: str, capability: str) -> bytes:
-    """arq's job, serialized with msgspec (never pickle); it carries no input at all."""
-    return serialize_job(
-        RUN_EXECUTION,
-        (execution_id, capability),
-        {},
-        None,
-        int(time.time() * 1000),
-        serializer=msgspec.msgpack.encode,
-    )
-
-
 OnEvent = Callable[[ExecutionEvent], Awaitable[None] | None]
 EventFollower = Callable[[str, int, int], Awaitable[list[bytes]]]
 """(execution id, after, block ms) -> the events after `after`, waiting up to `block_ms`."""
 
 
 class Engine:
-    def __init__(self, redis: Redis, registry: Registry, settings: Settings) -> None:
+    def __init__(self, redis: RedisClient, registry: Registry, settings: Settings) -> None:
         self.redis = redis
         self.registry = registry
         self.settings = settings

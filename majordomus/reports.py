@@ -2,10 +2,12 @@
 
 One `QueueReport` says what is queued (by capability, with the oldest wait), what runs on
 which worker, which workers report themselves and how long ago they last beat, and which
-executions failed lately with which code. It is read straight from Redis through the
-store's inspection reads, at one moment, and changes nothing. A worker is *silent* when its
-last beat is older than the lease or its lease key is gone: its executions are about to be
-failed as `unavailable` by a sweeper.
+executions failed lately with which code. Each report is read from an `Engine`'s store
+through its inspection reads, at one moment, and changes nothing; a surface passes the
+engine and never reaches into its store itself. What the model already types (an
+execution's state and progress, its error) is read as the model's types, not again here.
+A worker is *silent* when its last beat is older than the lease or its lease key is gone:
+its executions are about to be failed as `unavailable` by a sweeper.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from collections import Counter
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from majordomus.engine import Engine
 from majordomus.errors import ExecutionError
 from majordomus.model import ProgressView
+from majordomus.states import ExecutionState
 from majordomus.store.clock import now_stamp
 from majordomus.store.executions import Store
 
@@ -41,7 +45,8 @@ class RunningExecution(msgspec.Struct, omit_defaults=True):
 
     id: str
     capability: str
-    state: str
+    state: ExecutionState
+    """Running or cancelling."""
     worker: str | UnsetType = UNSET
     started_at: str | UnsetType = UNSET
     running_seconds: float | UnsetType = UNSET
@@ -103,12 +108,13 @@ def _seconds_since(ms: int, now_ms: int) -> float:
     return round(max(0, now_ms - ms) / 1000, 1)
 
 
-async def worker_presence(store: Store, held: Counter[str] | None = None) -> list[WorkerPresence]:
+async def worker_presence(engine: Engine, held: Counter[str] | None = None) -> list[WorkerPresence]:
     """Every worker that reported itself, the silent ones marked, oldest-started first.
 
     `held` counts the running executions of each worker as the index has them now; without
     it a worker's own count, as of its last beat, is shown.
     """
+    store = engine.store
     lease_ms = store.settings.lease_seconds * 1000
     _, now_ms = now_stamp()
     found: list[WorkerPresence] = []
@@ -174,7 +180,7 @@ async def _running(store: Store, now_ms: int) -> list[RunningExecution]:
             RunningExecution(
                 id=execution_id,
                 capability=_text(cap) or "?",
-                state=state.decode(),
+                state=state.decode(),  # type: ignore[arg-type]
                 worker=_text(worker) or UNSET,
                 started_at=_text(started_at) or UNSET,
                 running_seconds=(
@@ -213,26 +219,31 @@ async def _failures(store: Store) -> list[RecentFailure]:
     return found
 
 
-async def queue_report(store: Store) -> QueueReport:
+async def queue_report(engine: Engine) -> QueueReport:
     """The queue, the running executions, the workers and the recent failures, now."""
+    store = engine.store
     taken_at, now_ms = now_stamp()
     queued, groups = await _queued(store, now_ms)
     running = await _running(store, now_ms)
-    held = Counter(str(r.worker) for r in running if r.worker)
     return QueueReport(
         taken_at=taken_at,
         queued=queued,
         running=len(running),
         queued_by_capability=groups,
         running_executions=running,
-        workers=await worker_presence(store, held),
+        workers=await worker_presence(engine, _held(running)),
         recent_failures=await _failures(store),
-        lease_seconds=store.settings.lease_seconds,
+        lease_seconds=engine.settings.lease_seconds,
     )
 
 
-async def worker_report(store: Store) -> WorkerReport:
+async def worker_report(engine: Engine) -> WorkerReport:
+    """The workers alone, each with the executions the index says it holds now."""
     taken_at, now_ms = now_stamp()
-    running = await _running(store, now_ms)
-    held = Counter(str(r.worker) for r in running if r.worker)
-    return WorkerReport(taken_at, await worker_presence(store, held), store.settings.lease_seconds)
+    running = await _running(engine.store, now_ms)
+    workers = await worker_presence(engine, _held(running))
+    return WorkerReport(taken_at, workers, engine.settings.lease_seconds)
+
+
+def _held(running: list[RunningExecution]) -> Counter[str]:
+    return Counter(str(r.worker) for r in running if r.worker)

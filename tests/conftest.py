@@ -59,6 +59,39 @@ def pytest_unconfigure(config: Any) -> None:
         _embedded.stop()
 
 
+PROCESS_FIXTURES = frozenset(
+    {
+        "api", "locked_api", "api_b", "worker_process_for_api", "http", "shared_api",
+        "spawn_api", "worker_process", "client_process", "terminal", "workers", "api_server",
+    }
+)
+"""Fixtures that start child processes (APIs, workers, MCP clients, a terminal)."""
+
+PROCESS_MODULES = frozenset(
+    {
+        "tests/api/test_dev.py",
+        "tests/bench/test_harness.py",
+        "tests/cli/test_process_commands.py",
+        "tests/cli/test_run.py",
+        "tests/mcp/test_stdio.py",
+    }
+)
+"""Modules whose tests start child processes themselves."""
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """`process`: the test starts child processes; `slow`: it takes seconds, so
+    `python -m pytest -m "not slow"` is the sub-minute loop for development. Every
+    process test is slow (an in-process one that takes seconds says `@pytest.mark.slow`);
+    the README's test command runs them all."""
+    for item in items:
+        module = Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
+        spawns = module in PROCESS_MODULES or PROCESS_FIXTURES & set(item.fixturenames)
+        if spawns:
+            item.add_marker(pytest.mark.process)
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def redis_url() -> str:
     return _redis_url()

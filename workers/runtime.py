@@ -5,7 +5,8 @@ queued -> running that only one worker can win, so an execution never runs twice
 worker-only input, run the handler with a reporting context, and end it with exactly one
 terminal event. Beside that the runtime keeps the worker's lease and presence fresh,
 listens for wake-up and cancel signals on one pub/sub connection, and sweeps executions
-whose worker stopped renewing its lease.
+whose worker stopped renewing its lease. Every read and write goes through the store; no
+Redis command is named here.
 """
 
 from __future__ import annotations
@@ -16,11 +17,9 @@ import logging
 import os
 import secrets
 import socket
-import time
 from typing import Any
 
 import msgspec
-from redis.asyncio import Redis
 
 from majordomus.config import Settings
 from majordomus.context import ExecutionCancelled, ExecutionContext, error_of
@@ -28,7 +27,9 @@ from majordomus.engine import Engine, call_handler
 from majordomus.errors import MajordomusError
 from majordomus.registry import Registry
 from majordomus.store.clock import now_stamp
+from majordomus.store.connect import RedisClient
 from majordomus.store.executions import encode
+from majordomus.store.workers import Presence
 
 log = logging.getLogger("majordomus.worker")
 
@@ -51,12 +52,10 @@ class Running:
 
 
 class WorkerRuntime:
-    def __init__(self, redis: Redis, registry: Registry, settings: Settings) -> None:
-        self.redis = redis
+    def __init__(self, redis: RedisClient, registry: Registry, settings: Settings) -> None:
         self.settings = settings
         self.engine = Engine(redis, registry, settings)
         self.store = self.engine.store
-        self.keys = self.store.keys
         self.registry = registry
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(2)}"
         self.started_at = now_stamp()[0]
@@ -64,13 +63,11 @@ class WorkerRuntime:
         self.wake = asyncio.Event()
         self.accepting = True
         self._tasks: list[asyncio.Task[None]] = []
-        self._pubsub_client: Redis | None = None
 
     # -- life -----------------------------------------------------------------------
 
     async def start(self) -> None:
         await self.beat()
-        self._pubsub_client = self.redis.__class__(connection_pool=self.redis.connection_pool)
         subscribed = asyncio.Event()
         self._tasks = [
             asyncio.create_task(self._listen(subscribed), name="majordomus-signals"),
@@ -86,23 +83,18 @@ class WorkerRuntime:
             with contextlib.suppress(BaseException):
                 await task
         with contextlib.suppress(Exception):
-            await self.redis.delete(self.keys.lease(self.worker_id), self.keys.worker(self.worker_id))
-            await self.redis.zrem(self.keys.workers, self.worker_id)
+            await self.store.remove_worker(self.worker_id)
 
     async def _listen(self, subscribed: asyncio.Event) -> None:
         """Wake-up and cancel signals, on one pub/sub connection for the whole worker."""
         while True:
             try:
-                pubsub = self.redis.pubsub()
-                await pubsub.subscribe(self.keys.wake_channel, self.keys.cancel_channel)
+                signals = await self.store.subscribe_signals()
                 subscribed.set()
                 self.wake.set()  # anything enqueued while we were not listening
-                cancel = self.keys.cancel_channel.encode()
-                async for message in pubsub.listen():
-                    if message.get("type") != "message":
-                        continue
-                    if message["channel"] == cancel:
-                        self._on_cancel(message["data"].decode())
+                async for signal in signals:
+                    if signal.kind == "cancel":
+                        self._on_cancel(signal.execution_id)
                     else:
                         self.wake.set()
             except asyncio.CancelledError:
@@ -130,7 +122,7 @@ class WorkerRuntime:
         """Renew the lease and publish presence (id, host, pid, started, running, last beat)."""
         lease_ms = int(self.settings.lease_seconds * 1000 / 2)
         stamp, ms = now_stamp()
-        presence = {
+        presence: Presence = {
             "id": self.worker_id,
             "host": socket.gethostname(),
             "pid": os.getpid(),
@@ -140,12 +132,7 @@ class WorkerRuntime:
             "last_beat_ms": ms,
             "accepting": int(self.accepting),
         }
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.set(self.keys.lease(self.worker_id), ms, px=lease_ms)
-            pipe.hset(self.keys.worker(self.worker_id), mapping=presence)
-            pipe.expire(self.keys.worker(self.worker_id), 24 * 3600)
-            pipe.zadd(self.keys.workers, {self.worker_id: ms})
-            await pipe.execute()
+        await self.store.beat(self.worker_id, presence, ms, lease_ms)
         held = [(r.capability, i) for i, r in self.running.items() if r.slot]
         await self.store.renew_slots(held)
 
@@ -281,14 +268,10 @@ async def sweep_lost(engine: Engine) -> int:
     ids = await store.running_ids()
     if not ids:
         return 0
-    async with store.redis.pipeline(transaction=False) as pipe:
-        for execution_id in ids:
-            pipe.hget(store.keys.snapshot(execution_id), "worker")
-        workers = await pipe.execute()
-    owners = {w.decode() for w in workers if w}
+    workers = await store.owners(ids)
     alive: dict[str, bool] = {}
-    for owner in owners:
-        alive[owner] = bool(await store.redis.exists(store.keys.lease(owner)))
+    for worker_id in {w.decode() for w in workers if w}:
+        alive[worker_id] = await store.holds_lease(worker_id)
     failed = 0
     for execution_id, owner in zip(ids, workers, strict=True):
         if owner is not None and alive.get(owner.decode(), False):
@@ -298,7 +281,3 @@ async def sweep_lost(engine: Engine) -> int:
             failed += 1
             log.warning("execution_id=%s failed: its worker %s stopped", execution_id, owner)
     return failed
-
-
-def lease_deadline(settings: Settings) -> float:
-    return time.time() + settings.lease_seconds

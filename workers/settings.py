@@ -17,9 +17,9 @@ from arq.connections import RedisSettings
 from arq.worker import func
 
 from majordomus.config import Settings, settings
-from majordomus.engine import RUN_EXECUTION
 from majordomus.loading import load_capabilities
-from majordomus.store.connect import connect
+from majordomus.store.connect import DEFAULT_URL, connect
+from majordomus.store.queue import RUN_EXECUTION
 from workers.runtime import WorkerRuntime
 
 JOB_TIMEOUT_SECONDS = 7 * 24 * 3600
@@ -77,7 +77,7 @@ class WorkerSettings:
     keep_result = 0
     job_serializer = msgspec.msgpack.encode
     job_deserializer = msgspec.msgpack.decode
-    redis_settings = RedisSettings.from_dsn(_cfg.redis_url or "redis://127.0.0.1:6379/0")
+    redis_settings = RedisSettings.from_dsn(_cfg.redis_url or DEFAULT_URL)
 
 
 def build_worker(cfg: Settings, redis: Any = None, **overrides: Any) -> Any:

@@ -47,18 +47,22 @@ class MajordomusWorker(Worker):
         while True:
             runtime.wake.clear()
             await self._poll_iteration()
-            if self.burst and not self.tasks and not await self.pool.zcard(self.queue_name):
+            if (
+                self.burst
+                and not self.tasks
+                and not await runtime.store.queue_length(self.queue_name)
+            ):
                 return
-            timeout = await self._next_wait(runtime.settings.poll_seconds)
+            timeout = await self._next_wait(runtime, runtime.settings.poll_seconds)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(runtime.wake.wait(), timeout)
 
-    async def _next_wait(self, fallback: float) -> float:
+    async def _next_wait(self, runtime: WorkerRuntime, fallback: float) -> float:
         """Until the next deferred job is due, or the fallback; never a busy loop."""
-        head = await self.pool.zrange(self.queue_name, 0, 0, withscores=True)
-        if not head:
+        head_ms = await runtime.store.queue_head_ms(self.queue_name)
+        if head_ms is None:
             return fallback
-        due_in = (head[0][1] - time.time() * 1000) / 1000
+        due_in = (head_ms - time.time() * 1000) / 1000
         # A due job that was not started is running elsewhere, or we are full: a finishing
         # job or a new start wakes us.
         return fallback if due_in <= 0 else min(due_in, fallback)
@@ -116,18 +120,19 @@ class MajordomusWorker(Worker):
         runtime = self.runtime
         grace = runtime.settings.shutdown_grace if runtime else 0.0
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._all_done(), grace)
+            await asyncio.wait_for(self.all_done(), grace)
         if runtime is not None and runtime.running:
             log.info("grace over: cancelling %d executions", len(runtime.running))
             await runtime.cancel_all(by="server")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._all_done(), runtime.settings.cancel_grace + 1)
+                await asyncio.wait_for(self.all_done(), runtime.settings.cancel_grace + 1)
         for task in self.tasks.values():
             if not task.done():
                 task.cancel()
         if self.main_task is not None:
             self.main_task.cancel()
 
-    async def _all_done(self) -> None:
-        while any(not t.done() for t in self.tasks.values()):
-            await asyncio.sleep(0.02)
+    async def all_done(self) -> None:
+        """Until every job this worker started has ended, those started meanwhile too."""
+        while pending := [t for t in self.tasks.values() if not t.done()]:
+            await asyncio.wait(pending)

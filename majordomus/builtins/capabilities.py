@@ -1,7 +1,8 @@
 """The `capabilities.*` built-ins: what this server can do, read from its registry.
 
-Declared like any user's capability; the view they answer is the registry's record as
-clients see it (schemas and exposures), never a second description.
+Declared like any user's capability (control capabilities, as `**CONTROL`); the view they
+answer is the registry's record as clients see it (schemas and exposures), never a second
+description.
 """
 
 from __future__ import annotations
@@ -10,8 +11,12 @@ from typing import Any
 
 import msgspec
 
+from majordomus.builtins.common import control
 from majordomus.context import Context
-from majordomus.registry import REGISTRY, Capability, capability
+from majordomus.registry import REGISTRY, Capability, Registry, capability
+
+CONTROL = control("registry")
+"""Stable, tagged `registry`, answering directly."""
 
 
 class HttpRoute(msgspec.Struct):
@@ -46,6 +51,11 @@ class CapabilityView(msgspec.Struct):
 class CapabilityList(msgspec.Struct):
     count: int
     capabilities: list[CapabilityView]
+
+
+def registry_of(ctx: Context) -> Registry:
+    """The registry of the engine the call runs on; without one, the process's."""
+    return ctx.engine.registry if ctx.engine else REGISTRY
 
 
 def view_of(cap: Capability) -> CapabilityView:
@@ -84,16 +94,13 @@ class CapabilitiesInput(msgspec.Struct, forbid_unknown_fields=True):
     output=CapabilityList,
     title="List capabilities",
     description="Every capability this server knows, with its schemas and exposures.",
-    stability="stable",
-    tags=("registry",),
     mcp="majordomus_capabilities",
     http=("GET", "/api/v1/capabilities"),
     cli=("capabilities", "list"),
-    executable=False,
+    **CONTROL,
 )
 async def list_capabilities(ctx: Context, inp: CapabilitiesInput) -> CapabilityList:
-    registry = ctx.engine.registry if ctx.engine else REGISTRY
-    views = [view_of(c) for c in registry if inp.module in (None, c.module)]
+    views = [view_of(c) for c in registry_of(ctx) if inp.module in (None, c.module)]
     return CapabilityList(len(views), views)
 
 
@@ -110,13 +117,10 @@ class DescribeInput(msgspec.Struct, forbid_unknown_fields=True):
     output=CapabilityView,
     title="Describe a capability",
     description="One capability: its description, schemas and where it is exposed.",
-    stability="stable",
-    tags=("registry",),
     mcp="majordomus_capability",
     http=("GET", "/api/v1/capability"),
     cli=("capabilities", "describe"),
-    executable=False,
+    **CONTROL,
 )
 async def describe_capability(ctx: Context, inp: DescribeInput) -> CapabilityView:
-    registry = ctx.engine.registry if ctx.engine else REGISTRY
-    return view_of(registry.require(inp.id))
+    return view_of(registry_of(ctx).require(inp.id))

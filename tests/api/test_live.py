@@ -60,6 +60,19 @@ def api_connections(redis_url: str, api: ApiProcess) -> tuple[int, int]:
     return len(mine), sum(1 for c in mine if "b" in c.get("flags", ""))
 
 
+async def peak_connections(
+    redis_url: str, api: ApiProcess, tasks: list[asyncio.Task[Any]], every: float
+) -> tuple[int, int]:
+    """The most connections the API process held, and the most blocked, until `tasks` end."""
+    peak = blocked = 0
+    pending = set(tasks)
+    while pending:
+        total_now, blocked_now = api_connections(redis_url, api)
+        peak, blocked = max(peak, total_now), max(blocked, blocked_now)
+        _, pending = await asyncio.wait(pending, timeout=every)
+    return peak, blocked
+
+
 # -- the shape of a channel ----------------------------------------------------------------------
 
 
@@ -376,7 +389,6 @@ async def test_500_listeners_on_one_api_process_all_receive_with_bounded_redis_c
     snapshot = start(http, "executions.demonstrate", steps=6, delay_ms=700)
     params = {"execution": snapshot["id"]}
     limits = httpx.Limits(max_connections=600, max_keepalive_connections=0)
-    peak = blocked = 0
     async with httpx.AsyncClient(base_url=api.url, limits=limits, timeout=60) as client:
 
         async def listen() -> list[int]:
@@ -402,10 +414,7 @@ async def test_500_listeners_on_one_api_process_all_receive_with_bounded_redis_c
         assert held == 500
         state = (await client.get("/api/v1/executions/get", params={"id": snapshot["id"]})).json()
         assert state["state"] == "running"  # all 500 are following a running execution
-        while not all(task.done() for task in listeners):
-            total_now, blocked_now = api_connections(suite_redis_url, api)
-            peak, blocked = max(peak, total_now), max(blocked, blocked_now)
-            await asyncio.sleep(0.1)
+        peak, blocked = await peak_connections(suite_redis_url, api, listeners, every=0.1)
         results = await asyncio.gather(*listeners)
     total = results[0][-1]
     assert all(seen == list(range(1, total + 1)) for seen in results)
@@ -427,11 +436,7 @@ async def test_hundreds_of_http_long_polls_hold_no_redis_connection_each(
             return str(response.json()["state"])
 
         waits = [asyncio.create_task(wait()) for _ in range(300)]
-        peak = blocked = 0
-        while not all(w.done() for w in waits):
-            total_now, blocked_now = api_connections(suite_redis_url, api)
-            peak, blocked = max(peak, total_now), max(blocked, blocked_now)
-            await asyncio.sleep(0.05)
+        peak, blocked = await peak_connections(suite_redis_url, api, waits, every=0.05)
         assert {w.result() for w in waits} == {"succeeded"}
     # The waits are woken by the one feed reader: none blocks a connection of its own.
     assert peak <= API_MAX_CONNECTIONS and blocked <= 1

@@ -1,0 +1,202 @@
+"""The live channel's endpoint (`GET /events`): admission, the request, and the one loop.
+
+`LiveChannel` is the raw ASGI endpoint: it refuses what is not a GET for text/event-stream
+with a valid cursor, or past `MAJORDOMUS_MAX_LIVE` channels; registers a listener with the
+hub; opens the channel on its scope (`api.live.scopes`); and then runs the loop every
+channel follows: wait for the listener, beat while nothing comes, send what the scope makes
+of what came, and end with `stream.closing{reason}` when the scope or the hub says so.
+
+It does not check origins or tokens: `api.access` does that before a request gets here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from urllib.parse import parse_qsl
+
+import msgspec
+from litestar.types import Receive, Scope, Send
+
+from api.access import header
+from api.errors import classify, send_error
+from api.live.feed import FeedHub, Listener
+from api.live.scopes import ChannelScope, ExecutionScope, FeedScope
+from api.live.sse import (
+    HEARTBEAT,
+    EventStream,
+    accepts_event_stream,
+    closing,
+    control,
+    watch_disconnect,
+)
+from majordomus.config import Settings
+from majordomus.engine import LIVE_PATH, Engine
+from majordomus.errors import MajordomusError, invalid_input, unavailable
+from majordomus.ids import require_execution_id
+from majordomus.model import StreamReady
+
+CHANNEL_PARAMETERS = frozenset({"execution", "after"})
+
+_FEED_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
+_SEQUENCE = re.compile(r"^\d{1,18}$")
+
+
+class ChannelRequest(msgspec.Struct):
+    execution_id: str | None
+    cursor: str | None
+    """A sequence (scoped) or a feed id (unscoped); `Last-Event-ID` wins over `after`."""
+
+
+def parse_channel_request(scope: Scope) -> ChannelRequest:
+    raw = scope.get("query_string", b"").decode("latin-1")
+    params: dict[str, str] = {}
+    for name, value in parse_qsl(raw, keep_blank_values=True):
+        if name not in CHANNEL_PARAMETERS:
+            raise invalid_input(
+                f"the live channel has no parameter {name!r}",
+                "its parameters are execution and after (see executions.protocol)",
+            )
+        if name in params:
+            raise invalid_input(f"the parameter {name!r} is given more than once")
+        params[name] = value
+    execution_id = None
+    if "execution" in params:
+        execution_id = require_execution_id(params["execution"])
+    cursor = params.get("after")
+    last_event_id = header(scope, b"last-event-id")
+    if last_event_id is not None and last_event_id.strip():
+        cursor = last_event_id.strip()
+    if cursor is not None:
+        pattern, shape = (
+            (_SEQUENCE, "a sequence number (0 or more)")
+            if execution_id
+            else (_FEED_ID, "a feed id such as 1701234567890-0")
+        )
+        if not pattern.match(cursor):
+            raise invalid_input(
+                f"{cursor!r} is not a cursor of this channel", f"the cursor is {shape}"
+            )
+    return ChannelRequest(execution_id, cursor)
+
+
+class Disconnected(Exception):
+    """The client went away; the channel ends quietly."""
+
+
+class Refusal(Exception):
+    """A channel refused before it starts, with a status the error code does not imply."""
+
+    def __init__(self, error: MajordomusError, status: int) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.status = status
+
+
+class LiveChannel:
+    """The ASGI endpoint of `GET /events`."""
+
+    def __init__(self, engine: Engine, hub: FeedHub, settings: Settings) -> None:
+        self.engine = engine
+        self.hub = hub
+        self.settings = settings
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        try:
+            request = self._admit(scope)
+        except Refusal as refusal:
+            await send_error(send, refusal.error, refusal.status)
+            return
+        except MajordomusError as err:
+            await send_error(send, err)
+            return
+        hub = self.hub
+        listener = hub.register(request.execution_id)
+        hub.channels += 1
+        stream = EventStream(send)
+        try:
+            await self._serve(request, listener, stream, receive)
+        except Disconnected:
+            pass
+        except Exception as exc:
+            failure, status = classify(exc, "GET", LIVE_PATH)
+            if stream.started:
+                # Past the headers there is no status to give: end the stream as a server
+                # that is going away would, and the client reconnects with its cursor.
+                with contextlib.suppress(Exception):
+                    await stream.write(closing(failure.code), final=True)
+            else:
+                await send_error(send, failure, status)
+        finally:
+            hub.channels -= 1
+            hub.unregister(listener)
+
+    def _admit(self, scope: Scope) -> ChannelRequest:
+        if scope.get("method") != "GET":
+            raise Refusal(invalid_input(f"{LIVE_PATH} answers GET only", "open it with GET"), 405)
+        if not accepts_event_stream(header(scope, b"accept")):
+            raise Refusal(
+                invalid_input(
+                    "the live channel answers text/event-stream only; for JSON pages of an "
+                    "execution's events use executions.events",
+                    "send Accept: text/event-stream, or GET /api/v1/executions/events?id=...",
+                ),
+                406,
+            )
+        request = parse_channel_request(scope)
+        if self.hub.channels >= self.settings.max_live:
+            raise unavailable(
+                f"this API process already holds {self.settings.max_live} live channels",
+                "try again later, another API replica, or executions.wait",
+            )
+        return request
+
+    def _scope_of(self, request: ChannelRequest, listener: Listener) -> ChannelScope:
+        if request.execution_id is None:
+            return FeedScope(
+                self.engine, request.cursor, listener.start_id, self.settings.feed_max_events
+            )
+        return ExecutionScope(self.engine, request.execution_id, int(request.cursor or 0))
+
+    async def _serve(
+        self, request: ChannelRequest, listener: Listener, stream: EventStream, receive: Receive
+    ) -> None:
+        await self.hub.ready()
+        watcher = asyncio.create_task(watch_disconnect(receive, asyncio.current_task()))
+        try:
+            await self._send(self._scope_of(request, listener), listener, stream)
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if watcher.done() and not watcher.cancelled() and watcher.result():
+                if me is not None:
+                    me.uncancel()
+                raise Disconnected() from None
+            raise
+        finally:
+            watcher.cancel()
+
+    async def _send(self, scope: ChannelScope, listener: Listener, stream: EventStream) -> None:
+        """`stream.ready`, the history, then what the listener is offered, until the end."""
+        heartbeat = self.settings.heartbeat_seconds
+        ready = await scope.ready(heartbeat)
+        if ready is None:
+            await stream.no_content()
+            return
+        await stream.start()
+        chunk = [control(StreamReady(ready))]
+        ending = await scope.replay(chunk, stream)
+        while ending is None:
+            if chunk:
+                await stream.write(b"".join(chunk))
+                chunk = []
+            if not await listener.wait(heartbeat):
+                chunk.append(HEARTBEAT)
+            elif listener.closing:
+                ending = listener.closing
+            else:
+                ending = await scope.advance(listener, chunk, stream)
+        chunk.append(closing(ending))
+        await stream.write(b"".join(chunk), final=True)

@@ -1,0 +1,310 @@
+"""The shared feed reader of an API process (`FeedHub`) and the listeners it feeds.
+
+`FeedHub` is the only thing in an API process that blocks on Redis for live events: one
+task reads the global feed through the engine (`Engine.read_feed`, blocking) and hands each
+entry to the listeners that want it (the channels of that execution, every unscoped
+channel, and `executions.wait` long polls), each through a bounded buffer. So an API
+process holds a bounded number of Redis connections however many clients listen, and a
+slow client never slows an execution or another client: when its buffer overflows its
+listener is marked behind, stops receiving, and its owner catches up from Redis.
+
+This module knows feed entries and listeners; it does not write to a client, nor decide
+what a channel sends (`api.live.channel`, `api.live.scopes`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Iterable
+
+import msgspec
+
+from api.live.sse import sse_event
+from majordomus.config import LIMITS, Settings
+from majordomus.engine import Engine
+from majordomus.errors import unavailable
+from majordomus.model import TERMINAL_EVENT_TYPES
+from majordomus.states import FINAL
+from majordomus.store.failures import UNREACHABLE
+
+log = logging.getLogger("majordomus.live")
+
+LISTENER_BUFFER = 1024
+"""Entries one listener may have waiting before it is marked behind and catches up from Redis."""
+READ_BLOCK_MS = 5000
+"""How long the shared reader blocks on the feed per call (it loops at once when woken)."""
+FEED_PAGE = 1000
+"""Feed entries read per call, by the shared reader and by a catching-up unscoped channel."""
+MISSED_IDS_KEPT = 20_000
+"""Feed ids an unscoped listener remembers missing while behind (to count what was dropped)."""
+HUB_START_WAIT = 5.0
+"""How long a new channel waits for the shared reader to reach Redis before answering 503."""
+
+
+class EventHead(msgspec.Struct):
+    """What the live channel reads of a stored event: the rest passes through as it is."""
+
+    type: str
+    sequence: int
+
+    @property
+    def terminal(self) -> bool:
+        return self.type in TERMINAL_EVENT_TYPES
+
+
+head_of = msgspec.json.Decoder(EventHead).decode
+
+
+def feed_key(feed_id: str) -> tuple[int, int]:
+    ms, _, seq = feed_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def feed_id_of(text: str) -> str:
+    """A cursor of the unscoped channel as a full feed id (`1701234567890` is `...-0`)."""
+    ms, seq = feed_key(text)
+    return f"{ms}-{seq}"
+
+
+class FeedEntry:
+    """One feed entry as the hub hands it to every listener: its envelope parsed once, and
+    its SSE message formatted once (per channel kind) however many listeners send it."""
+
+    __slots__ = ("feed_id", "execution_id", "sequence", "envelope", "type", "_scoped", "_feed")
+
+    def __init__(self, feed_id: str, execution_id: str, sequence: int, envelope: bytes) -> None:
+        self.feed_id = feed_id
+        self.execution_id = execution_id
+        self.sequence = sequence
+        self.envelope = envelope
+        self.type = head_of(envelope).type
+        self._scoped: bytes | None = None
+        self._feed: bytes | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.type in TERMINAL_EVENT_TYPES
+
+    def scoped_message(self) -> bytes:
+        """The message of the execution's own channel (its sequence as the SSE id)."""
+        if self._scoped is None:
+            self._scoped = sse_event(self.sequence, self.type, self.envelope)
+        return self._scoped
+
+    def feed_message(self) -> bytes:
+        """The message of the unscoped channel (the feed id as the SSE id)."""
+        if self._feed is None:
+            self._feed = sse_event(self.feed_id, self.type, self.envelope)
+        return self._feed
+
+
+def feed_entries(raw: Iterable[tuple[str, str, int, bytes]]) -> list[FeedEntry]:
+    return [FeedEntry(*fields) for fields in raw]
+
+
+class Listener:
+    """One consumer of the hub: a bounded buffer, and a flag for having fallen behind."""
+
+    def __init__(self, execution_id: str | None, size: int, start_id: str | None) -> None:
+        self.execution_id = execution_id
+        self.size = size
+        self.start_id = start_id
+        """The hub's cursor when this listener registered: everything after it is offered."""
+        self.items: deque[FeedEntry] = deque()
+        self.behind = False
+        self.missed: deque[str] = deque(maxlen=MISSED_IDS_KEPT)
+        self.missed_beyond = 0
+        self.closing: str | None = None
+        self._waiter: asyncio.Future[bool] | None = None
+
+    def offer(self, entry: FeedEntry) -> None:
+        if not self.behind and len(self.items) < self.size:
+            self.items.append(entry)
+        else:
+            self.behind = True
+            if self.execution_id is None:
+                if len(self.missed) == MISSED_IDS_KEPT:
+                    self.missed_beyond += 1
+                self.missed.append(entry.feed_id)
+        self._wake()
+
+    def close(self, reason: str) -> None:
+        self.closing = reason
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(True)
+
+    def caught_up(self) -> None:
+        """Forget the buffer: the caller reads Redis next, so nothing offered later is lost."""
+        self.items.clear()
+        self.behind = False
+
+    async def wait(self, timeout: float) -> bool:
+        """Until there is something to do (an entry, being behind, closing); False on timeout."""
+        if self.items or self.behind or self.closing:
+            return True
+        # A bare future and a timer rather than `wait_for` on an `Event`: a fan-out wakes
+        # every listener of an execution per event, and `wait_for` costs each a new task.
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(timeout, _time_out, waiter)
+        try:
+            return await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+
+def _time_out(waiter: asyncio.Future[bool]) -> None:
+    if not waiter.done():
+        waiter.set_result(False)
+
+
+class FeedHub:
+    """The one blocking feed read of an API process, fanned out to every listener."""
+
+    def __init__(self, engine: Engine, settings: Settings, buffer: int = LISTENER_BUFFER) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.buffer = buffer
+        self.scoped: dict[str, set[Listener]] = {}
+        self.unscoped: set[Listener] = set()
+        self.channels = 0
+        """Open live channels (bounded by `MAJORDOMUS_MAX_LIVE`); long polls are not counted."""
+        self.cursor: str | None = None
+        self.started = asyncio.Event()
+        self.healthy = False
+        self.closed = False
+        self.dispatched = 0
+        self._task: asyncio.Task[None] | None = None
+
+    # -- life --
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="majordomus-feed-reader")
+
+    async def stop(self, reason: str = "server stopping") -> None:
+        self.close_all(reason)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+            self._task = None
+
+    def close_all(self, reason: str = "server stopping") -> None:
+        """End every live channel with `stream.closing{reason}` (clients reconnect elsewhere)."""
+        self.closed = True
+        for listener in self._all():
+            listener.close(reason)
+
+    def _all(self) -> Iterable[Listener]:
+        yield from list(self.unscoped)
+        for group in list(self.scoped.values()):
+            yield from list(group)
+
+    @property
+    def listeners(self) -> int:
+        return len(self.unscoped) + sum(len(g) for g in self.scoped.values())
+
+    async def _run(self) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                if self.cursor is None:
+                    _, newest, _ = await self.engine.feed_state()
+                    self.cursor = newest or "0-0"
+                    self.started.set()
+                entries = feed_entries(
+                    await self.engine.read_feed(self.cursor, READ_BLOCK_MS, FEED_PAGE)
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if self.healthy or backoff == 0.1:
+                    level = logging.WARNING if isinstance(exc, UNREACHABLE) else logging.ERROR
+                    log.log(
+                        level, "feed reader: %s; retrying", exc, exc_info=level > logging.WARNING
+                    )
+                self.healthy = False
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            if not self.healthy:
+                log.info("feed reader: following the feed from %s", self.cursor)
+            self.healthy = True
+            backoff = 0.1
+            if entries:
+                # The cursor moves and the entries go out with no await in between, so a
+                # listener registering now is offered exactly the entries after `cursor`.
+                self.cursor = entries[-1].feed_id
+                self._dispatch(entries)
+
+    def _dispatch(self, entries: list[FeedEntry]) -> None:
+        for entry in entries:
+            for listener in self.unscoped:
+                listener.offer(entry)
+            group = self.scoped.get(entry.execution_id)
+            if group:
+                for listener in group:
+                    listener.offer(entry)
+        self.dispatched += len(entries)
+
+    # -- listeners --
+
+    def register(self, execution_id: str | None) -> Listener:
+        listener = Listener(execution_id, self.buffer, self.cursor)
+        if execution_id is None:
+            self.unscoped.add(listener)
+        else:
+            self.scoped.setdefault(execution_id, set()).add(listener)
+        if self.closed:
+            listener.close("server stopping")
+        return listener
+
+    def unregister(self, listener: Listener) -> None:
+        if listener.execution_id is None:
+            self.unscoped.discard(listener)
+            return
+        group = self.scoped.get(listener.execution_id)
+        if group is not None:
+            group.discard(listener)
+            if not group:
+                del self.scoped[listener.execution_id]
+
+    async def ready(self) -> None:
+        """Wait (bounded) until the reader has its cursor; `unavailable` if Redis is away."""
+        if self.started.is_set():
+            return
+        try:
+            await asyncio.wait_for(self.started.wait(), HUB_START_WAIT)
+        except TimeoutError:
+            raise unavailable(
+                "the live channel cannot reach Redis yet", "try again shortly"
+            ) from None
+
+    async def read_after(self, execution_id: str, after: int, block_ms: int) -> list[bytes]:
+        """`Engine.follow` for `executions.wait`: the events after `after`, waiting on the hub
+        (not on a Redis connection of its own) for up to `block_ms` when there are none."""
+        listener = self.register(execution_id)
+        try:
+            page = await self.engine.raw_page(execution_id, after, LIMITS.page_events)
+            if page is None:
+                return []
+            if page.events or page.state in FINAL:
+                return page.events
+            if self.healthy and not self.closed:
+                if not await listener.wait(block_ms / 1000):
+                    return []
+            else:
+                # Not following the feed right now (Redis was away, or stopping): poll.
+                await asyncio.sleep(min(block_ms, 500) / 1000)
+            page = await self.engine.raw_page(execution_id, after, LIMITS.page_events)
+            return page.events if page is not None else []
+        finally:
+            self.unregister(listener)

@@ -1,0 +1,230 @@
+"""What the two kinds of live channel differ in: one execution's events, or every one's.
+
+A channel is opened on a scope: `ExecutionScope` (`?execution=...`) orders events by their
+sequence and catches up from the execution's own stream; `FeedScope` (no execution) orders
+them by feed id and catches up from the global feed. Each reads its history after the
+client's cursor, sends it, then turns what its listener is offered into messages, dropping
+what was already sent and catching up from Redis when the listener fell behind; when the
+store dropped events this client had not been sent, it says so with `stream.lagged{dropped}`.
+
+History then live, with no gap and no duplicate: the channel registers its listener with
+the hub before a scope reads the history, so anything appended after that read reaches the
+listener, and the scope drops live entries it already sent (by sequence, or by feed id).
+
+A scope reads through the engine only; it does not wait, beat or close (`api.live.channel`
+runs the one loop every scope follows).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from api.live.feed import (
+    FEED_PAGE,
+    FeedEntry,
+    Listener,
+    feed_entries,
+    feed_id_of,
+    feed_key,
+    head_of,
+)
+from api.live.sse import EventStream, lagged, sse_event
+from majordomus.engine import Engine, RawPage
+from majordomus.errors import not_found
+from majordomus.ids import PROTOCOL_VERSION
+from majordomus.model import StreamReadyData
+from majordomus.states import FINAL
+
+HISTORY_PAGE = 100
+"""Events of a channel's history read and written at a time."""
+
+Ending = str | None
+"""Why a channel ends now (`finished`, `gone`), sent as `stream.closing`; None: it goes on."""
+
+
+class ChannelScope(Protocol):
+    async def ready(self, heartbeat: float) -> StreamReadyData | None:
+        """Read the history after the cursor; what `stream.ready` says, or None for 204."""
+
+    async def replay(self, chunk: list[bytes], stream: EventStream) -> Ending:
+        """Put the history read by `ready` into `chunk` (writing full pages on the way)."""
+
+    async def advance(self, listener: Listener, chunk: list[bytes], stream: EventStream) -> Ending:
+        """Put what `listener` holds into `chunk`, catching up from Redis if it fell behind."""
+
+
+class ExecutionScope:
+    """One execution's channel: its sequence is the SSE id, and its terminal event the end."""
+
+    def __init__(self, engine: Engine, execution_id: str, after: int) -> None:
+        self.engine = engine
+        self.execution_id = execution_id
+        self.last = after
+        self.first: RawPage | None = None
+
+    async def ready(self, heartbeat: float) -> StreamReadyData | None:
+        after = self.last
+        first = await self.engine.raw_page(self.execution_id, after, HISTORY_PAGE)
+        if first is None:
+            raise not_found(
+                f"there is no execution {self.execution_id}",
+                "it may have finished longer ago than the retention",
+            )
+        if not first.events and first.state in FINAL and after >= first.last_sequence:
+            return None
+        self.first = first
+        upto = first.last_sequence
+        oldest = head_of(first.events[0]).sequence if first.events else upto + 1
+        return StreamReadyData(
+            protocol_version=PROTOCOL_VERSION,
+            scope="executions",
+            executions=[self.execution_id],
+            replayed=max(0, upto - oldest + 1),
+            truncated=first.truncated,
+            heartbeat_seconds=heartbeat,
+        )
+
+    async def replay(self, chunk: list[bytes], stream: EventStream) -> Ending:
+        first = self.first
+        assert first is not None, "ready() reads the first page"
+        # What was dropped before the cursor is `truncated` in `stream.ready`, not a lag.
+        if self._emit(first.events, chunk, lag=False):
+            return "finished"
+        if first.more:
+            await stream.write(b"".join(chunk))
+            chunk.clear()
+            return await self._catch_up(chunk, stream)
+        return "finished" if first.state in FINAL else None
+
+    async def advance(self, listener: Listener, chunk: list[bytes], stream: EventStream) -> Ending:
+        gap = False
+        while listener.items:
+            entry = listener.items.popleft()
+            seq = entry.sequence
+            if seq <= self.last:
+                # Already sent, or before a cursor past the end; a terminal one still ends
+                # the channel.
+                if entry.terminal:
+                    return "finished"
+                continue
+            if seq != self.last + 1:
+                gap = True
+                break
+            chunk.append(entry.scoped_message())
+            self.last = seq
+            if entry.terminal:
+                return "finished"
+        if gap or listener.behind:
+            # Behind: forget the buffer (Redis is read next, so nothing offered from now on
+            # is lost) and catch up from the execution's own stream.
+            listener.caught_up()
+            return await self._catch_up(chunk, stream)
+        return None
+
+    async def _catch_up(self, chunk: list[bytes], stream: EventStream) -> Ending:
+        """Send what the store holds after the last event sent, a page at a time (so a
+        burst of clients replaying at once holds a page each in memory)."""
+        while True:
+            page = await self.engine.raw_page(self.execution_id, self.last, HISTORY_PAGE)
+            if page is None:
+                return "gone"
+            if self._emit(page.events, chunk, lag=True):
+                return "finished"
+            if not page.events:
+                return "finished" if page.state in FINAL else None
+            if not page.more:
+                return None
+            await stream.write(b"".join(chunk))
+            chunk.clear()
+
+    def _emit(self, envelopes: list[bytes], chunk: list[bytes], lag: bool) -> bool:
+        """Format the events after the last one sent into `chunk`; a jump in sequence (the
+        store dropped events this client had not been sent) is announced with
+        `stream.lagged` when `lag`. Answers whether a terminal event went out."""
+        for envelope in envelopes:
+            head = head_of(envelope)
+            seq = head.sequence
+            if seq <= self.last:
+                continue
+            if lag and seq > self.last + 1:
+                chunk.append(lagged(seq - self.last - 1))
+            chunk.append(sse_event(seq, head.type, envelope))
+            self.last = seq
+            if head.terminal:
+                return True
+        return False
+
+
+class FeedScope:
+    """Every execution's channel: the feed id is the SSE id, and the channel never ends."""
+
+    def __init__(
+        self, engine: Engine, cursor: str | None, start_id: str | None, feed_max_events: int
+    ) -> None:
+        self.engine = engine
+        self.cursor = cursor
+        self.feed_max_events = feed_max_events
+        self.last_id = start_id or "0-0"
+        self.last = feed_key(self.last_id)
+        self.history: list[FeedEntry] = []
+
+    async def ready(self, heartbeat: float) -> StreamReadyData | None:
+        truncated = False
+        if self.cursor is not None:
+            self.last_id = cursor = feed_id_of(self.cursor)
+            self.last = feed_key(cursor)
+            oldest, _, length = await self.engine.feed_state()
+            truncated = (
+                oldest is not None
+                and feed_key(oldest) > feed_key(cursor)
+                and length >= self.feed_max_events
+            )
+            self.history = await self._feed_after(cursor)
+        return StreamReadyData(
+            protocol_version=PROTOCOL_VERSION,
+            scope="all",
+            replayed=len(self.history),
+            truncated=truncated,
+            heartbeat_seconds=heartbeat,
+        )
+
+    async def replay(self, chunk: list[bytes], stream: EventStream) -> Ending:
+        for entry in self.history:
+            self._send(entry, chunk)
+        self.history = []
+        return None
+
+    async def advance(self, listener: Listener, chunk: list[bytes], stream: EventStream) -> Ending:
+        while listener.items:
+            entry = listener.items.popleft()
+            key = feed_key(entry.feed_id)
+            if key > self.last:
+                chunk.append(entry.feed_message())
+                self.last, self.last_id = key, entry.feed_id
+        if listener.behind:
+            missed, beyond = list(listener.missed), listener.missed_beyond
+            listener.missed.clear()
+            listener.missed_beyond = 0
+            listener.caught_up()
+            oldest, _, _ = await self.engine.feed_state()
+            dropped = beyond + sum(
+                1 for m in missed if oldest is None or feed_key(m) < feed_key(oldest)
+            )
+            if dropped:
+                chunk.append(lagged(dropped))
+            for entry in await self._feed_after(self.last_id):
+                self._send(entry, chunk)
+        return None
+
+    def _send(self, entry: FeedEntry, chunk: list[bytes]) -> None:
+        chunk.append(entry.feed_message())
+        self.last, self.last_id = feed_key(entry.feed_id), entry.feed_id
+
+    async def _feed_after(self, after_id: str) -> list[FeedEntry]:
+        entries: list[FeedEntry] = []
+        while True:
+            page = feed_entries(await self.engine.feed_after(after_id, FEED_PAGE))
+            entries.extend(page)
+            if len(page) < FEED_PAGE:
+                return entries
+            after_id = page[-1].feed_id

@@ -1,0 +1,16 @@
+"""The MCP surface: the registry as MCP tools and resources, over Streamable HTTP and stdio.
+
+- `api.mcp.server`: `McpSurface`, the tools and resources projected from the registry,
+  each call dispatched through the engine as actor `mcp`;
+- `api.mcp.episodes`: which connection holds which episode on this replica, and the
+  keeper that renews and detaches them;
+- `api.mcp.mount`: `build_mcp`, the Streamable HTTP app the API mounts at `/mcp`, with its
+  Host and Origin checks;
+- `api.mcp.stdio`: `run_stdio`, `majordomus mcp`.
+"""
+
+from api.mcp.mount import McpMount, build_mcp, transport_security
+from api.mcp.server import McpSurface
+from api.mcp.stdio import run_stdio
+
+__all__ = ["McpMount", "McpSurface", "build_mcp", "run_stdio", "transport_security"]

@@ -1,0 +1,259 @@
+"""The MCP server: the registry as MCP tools and resources, over one engine.
+
+Every capability with an MCP tool name is a tool whose description and input and output
+schemas are the capability's own; a call is validated by the capability's msgspec type and
+dispatched through `Engine.invoke` as actor `mcp`. A result carries `structuredContent` and
+the same JSON as a text block; a failure is a result with `isError: true`, the text
+`"<code>: <message>"` and `_meta.majordomus.error` (an unexpected exception is `internal`
+with a correlation id, its traceback only in this process's log). An unknown tool is a
+protocol error. `majordomus_execution_wait` forwards the events it sees as progress
+notifications when the caller sent a `progressToken`; cancelling the call, or the client
+going away, ends the call and never the execution.
+
+This module serves; it does not bind episodes to connections (`api.mcp.episodes`), nor
+choose a transport (`api.mcp.mount` for Streamable HTTP, `api.mcp.stdio`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+from typing import Any
+
+import anyio
+import msgspec
+from mcp import MCPError, types
+from mcp.server import Server, ServerRequestContext
+
+import majordomus
+from api.errors import classify
+from api.mcp.episodes import HeldEpisodes
+from majordomus.config import Settings
+from majordomus.context import Context
+from majordomus.engine import Engine
+from majordomus.errors import MajordomusError
+from majordomus.model import ExecutionEvent, ExecutionProgress, describe_event
+from majordomus.registry import Capability
+
+log = logging.getLogger("majordomus.mcp")
+
+START = "executions.start"
+
+RESOURCE_LIST = "majordomus://executions"
+RESOURCE_PROTOCOL = "majordomus://executions/protocol"
+RESOURCE_EXECUTION = "majordomus://executions/{id}"
+JSON = "application/json"
+
+INSTRUCTIONS = (
+    "majordomus runs capabilities as executions anyone can watch. Start one with "
+    "majordomus_execution_start (it answers at once with the queued execution), follow it "
+    "with majordomus_execution_wait (progress notifications if you send a progressToken) or "
+    "page its events with majordomus_execution_events, and stop it with "
+    "majordomus_execution_cancel. To group your work, call majordomus_session_attach with "
+    "your own durable conversation or thread id: the executions you start then carry it, "
+    "and coming back under the same id resumes it. Without a session, send that id as "
+    "_meta 'majordomus/episode' on your requests."
+)
+
+
+def replica_id() -> str:
+    """This process among the API replicas: host, pid and a random suffix."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+
+
+# -- results --------------------------------------------------------------------------------
+
+
+def ok_result(value: Any) -> types.CallToolResult:
+    """A tool's answer: the structured value, and the same JSON as a text block."""
+    return types.CallToolResult(
+        content=[types.TextContent(text=msgspec.json.encode(value).decode())],
+        structured_content=msgspec.to_builtins(value),
+    )
+
+
+def error_result(err: MajordomusError) -> types.CallToolResult:
+    """A failure as a tool result the model can read and a program can branch on."""
+    return types.CallToolResult(
+        content=[types.TextContent(text=f"{err.code}: {err.message}")],
+        is_error=True,
+        _meta={"majordomus": {"error": {"code": err.code, "suggestion": err.suggestion}}},
+    )
+
+
+class ProgressForwarder:
+    """Forwards the events a waiting tool sees as progress notifications of its call.
+
+    A progress event gives `progress`/`total`/`message`; any other event gives a message
+    and repeats the last progress and total (the fraction a client shows stays the
+    execution's own). Nothing is sent when the caller sent no `progressToken`, and a
+    notification that cannot be delivered (the client went away) is dropped: the call
+    ends by its own cancellation, never by a failed notification.
+    """
+
+    def __init__(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        self.session = ctx.session
+        self.progress = 0.0
+        self.total: float | None = None
+
+    async def __call__(self, event: ExecutionEvent) -> None:
+        if isinstance(event, ExecutionProgress):
+            self.progress = float(event.data.current)
+            if event.data.total is not None:
+                self.total = float(event.data.total)
+        try:
+            await self.session.report_progress(self.progress, self.total, describe_event(event))
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            log.debug("progress notification dropped: the client's stream is gone")
+
+
+# -- the server -------------------------------------------------------------------------------
+
+
+class McpSurface:
+    """The low-level MCP server over one engine, and the episodes this replica holds."""
+
+    def __init__(self, engine: Engine, settings: Settings, *, stdio: bool = False) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.held = HeldEpisodes(engine, settings, replica_id(), stdio=stdio)
+        self.capabilities: dict[str, Capability] = {}
+        self.tools: dict[str, types.Tool] = {}
+        for cap in engine.registry:
+            name = cap.exposure.mcp_tool
+            if not name:
+                continue
+            self.capabilities[name] = cap
+            self.tools[name] = types.Tool(
+                name=name,
+                title=cap.title,
+                description=cap.description,
+                input_schema=cap.input_schema,
+                output_schema=cap.output_schema,
+                annotations=types.ToolAnnotations(read_only_hint=cap.kind == "query"),
+            )
+        self.server: Server[Any] = Server(
+            "majordomus",
+            version=majordomus.__version__,
+            title="majordomus",
+            instructions=INSTRUCTIONS,
+            on_list_tools=self.list_tools,
+            on_call_tool=self.call_tool,
+            on_list_resources=self.list_resources,
+            on_list_resource_templates=self.list_resource_templates,
+            on_read_resource=self.read_resource,
+            get_tool_input_schema=self.input_schema_of,
+        )
+        self.server.middleware.append(self.held.renew_episode)
+
+    # -- tools ----------------------------------------------------------------------------
+
+    def input_schema_of(self, name: str) -> dict[str, Any] | None:
+        tool = self.tools.get(name)
+        return tool.input_schema if tool is not None else None
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=list(self.tools.values()))
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        cap = self.capabilities.get(params.name)
+        if cap is None:
+            raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
+        binding = self.held.binding_for(ctx)
+        args: Any = params.arguments if params.arguments is not None else {}
+        try:
+            if cap.id == START:
+                await self.held.renew_start_handle(binding, args)
+            episode = binding.episode
+            call_ctx = Context(
+                self.engine,
+                actor="mcp",
+                episode=episode,
+                on_progress=ProgressForwarder(ctx),
+                connection=binding,
+            )
+            value = await self.engine.invoke(
+                cap.id, args, actor="mcp", episode=episode, ctx=call_ctx
+            )
+            if cap.id == START and isinstance(value.episode, str):
+                await self.held.episodes.note_execution(value.episode, value.id)
+        except Exception as exc:  # noqa: BLE001  every failure is a result, never a traceback
+            err, _ = classify(exc, "MCP", params.name)
+            return error_result(err)
+        return ok_result(value)
+
+    # -- resources --------------------------------------------------------------------------
+
+    async def list_resources(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourcesResult:
+        return types.ListResourcesResult(
+            resources=[
+                types.Resource(
+                    uri=RESOURCE_LIST,
+                    name="executions",
+                    title="Executions",
+                    description="Executions newest first, with the queue at a glance.",
+                    mime_type=JSON,
+                ),
+                types.Resource(
+                    uri=RESOURCE_PROTOCOL,
+                    name="protocol",
+                    title="The live protocol",
+                    description="The live channel's contract, its schemas and every limit.",
+                    mime_type=JSON,
+                ),
+            ]
+        )
+
+    async def list_resource_templates(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(
+            resource_templates=[
+                types.ResourceTemplate(
+                    uri_template=RESOURCE_EXECUTION,
+                    name="execution",
+                    title="One execution",
+                    description="One execution's snapshot: state, progress, steps, output or error.",
+                    mime_type=JSON,
+                )
+            ]
+        )
+
+    async def read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        uri = str(params.uri)
+        prefix = RESOURCE_LIST + "/"
+        try:
+            if uri == RESOURCE_LIST:
+                value: Any = await self.engine.list()
+            elif uri == RESOURCE_PROTOCOL:
+                value = self.engine.protocol()
+            elif uri.startswith(prefix) and uri != prefix:
+                value = await self.engine.get(uri[len(prefix) :])
+            else:
+                raise MCPError(types.INVALID_PARAMS, "Resource not found", data={"uri": uri})
+        except MCPError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            err, _ = classify(exc, "MCP", uri)
+            code = (
+                types.INTERNAL_ERROR
+                if err.code in ("internal", "unavailable")
+                else types.INVALID_PARAMS
+            )
+            raise MCPError(
+                code, f"{err.code}: {err.message}", data={"uri": uri, "code": err.code}
+            ) from None
+        text = msgspec.json.encode(value).decode()
+        return types.ReadResourceResult(
+            contents=[types.TextResourceContents(uri=uri, mime_type=JSON, text=text)]
+        )

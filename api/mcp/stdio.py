@@ -1,0 +1,37 @@
+"""`majordomus mcp`: the MCP server over stdio, on a Redis client of its own.
+
+One client on stdin and stdout holds one session (its episode is held while the process
+serves). This module only runs the server; what it serves is `api.mcp.server`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from api.mcp.server import McpSurface
+from majordomus.config import Settings
+from majordomus.engine import Engine
+from majordomus.loading import load_capabilities
+from majordomus.store.connect import connect
+
+
+def run_stdio(settings: Settings) -> None:
+    """`majordomus mcp`: serve the capabilities over stdio until the client closes it."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
+    anyio.run(serve_stdio, settings)
+
+
+async def serve_stdio(settings: Settings) -> None:
+    from mcp.server.stdio import stdio_server
+
+    registry = load_capabilities(settings.capabilities)
+    engine = Engine(connect(settings.redis_url), registry, settings)
+    surface = McpSurface(engine, settings, stdio=True)
+    try:
+        async with surface.held.maintained(), stdio_server() as (read, write):
+            await surface.server.run(read, write, surface.server.create_initialization_options())
+    finally:
+        await engine.aclose()

@@ -1,0 +1,94 @@
+"""The process commands: `majordomus worker`, `dev`, `serve` and `mcp`, where the surfaces meet.
+
+This is the one CLI module that imports the API (`api.launch`, `api.mcp`) and the worker
+side (`workers.settings`), and it does so inside each command, so `majordomus --help`
+loads neither. `worker` and `serve` first check that the configured Redis answers and stop
+with a sentence and an exit code from `errors.EXIT_CODE` when it does not; `dev` brings its
+own Redis when none is configured, and `mcp` reports an unreachable one to its client.
+Nothing here draws an answer or runs a capability: that is `commands.py`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import typer
+
+from majordomus.config import settings
+
+
+def _require_redis() -> None:
+    """Exit with a sentence, not a traceback, when the configured Redis does not answer."""
+    from majordomus.errors import EXIT_CODE, MajordomusError
+    from majordomus.store.connect import check_reachable
+
+    try:
+        check_reachable(settings().redis_url)
+    except MajordomusError as exc:
+        typer.echo(f"majordomus: {exc.message}.\n{_sentence(exc.suggestion or '')}", err=True)
+        raise typer.Exit(EXIT_CODE[exc.code]) from None
+
+
+def _sentence(text: str) -> str:
+    """A suggestion as a line of its own: capitalised, with its full stop."""
+    return f"{text[:1].upper()}{text[1:]}." if text else ""
+
+
+def _logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+def worker(
+    max_jobs: int = typer.Option(
+        0, help="Executions this worker runs at once (default MAJORDOMUS_MAX_JOBS)."
+    ),
+) -> None:
+    """Run an arq worker on MAJORDOMUS_REDIS_URL (default redis://127.0.0.1:6379/0)."""
+    _require_redis()
+    from workers.settings import build_worker
+
+    _logging()
+    overrides = {"max_jobs": max_jobs} if max_jobs else {}
+    build_worker(settings(), **overrides).run()
+
+
+def dev(
+    host: str = typer.Option("127.0.0.1", help="Interface to bind."),
+    port: int = typer.Option(8000, help="Port to bind."),
+) -> None:
+    """Run the API and a worker in one process, on MAJORDOMUS_REDIS_URL or, when none is set,
+    on an embedded Redis it starts and stops itself."""
+    from api.launch import run_dev
+
+    _logging()
+    run_dev(host, port, settings())
+
+
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Interface to bind."),
+    port: int = typer.Option(8000, help="Port to bind."),
+) -> None:
+    """Run the HTTP API (with the live channel and MCP at /mcp) on MAJORDOMUS_REDIS_URL."""
+    _require_redis()
+    from api.launch import run_serve
+
+    _logging()
+    run_serve(host, port, settings())
+
+
+def mcp() -> None:
+    """Serve the capabilities as MCP tools over stdio, on MAJORDOMUS_REDIS_URL."""
+    from api.mcp import run_stdio
+
+    run_stdio(settings())
+
+
+PROCESS_COMMANDS: tuple[Callable[..., None], ...] = (worker, dev, serve, mcp)
+"""In the order `majordomus --help` lists them."""
+
+
+def register(app: typer.Typer) -> None:
+    """Mount the process commands on `app`."""
+    for command in PROCESS_COMMANDS:
+        app.command()(command)

@@ -1,0 +1,30 @@
+"""What every store class holds: the client, the settings, the key names, its scripts.
+
+The store is split by concept (executions, the queue, workers, the feed, signals,
+episodes); each class derives from `StoreBase`, so they share one client and one key
+layout and register their Lua scripts the same way. It issues no command of its own but
+the health check.
+"""
+
+from __future__ import annotations
+
+from redis.commands.core import AsyncScript
+
+from majordomus.config import Settings
+from majordomus.store.connect import RedisClient
+from majordomus.store.keys import Keys
+from majordomus.store.scripts import load_script
+
+
+class StoreBase:
+    def __init__(self, redis: RedisClient, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+
+    def script(self, name: str) -> AsyncScript:
+        """`lua/<name>` registered on this store's client (loaded by its first call)."""
+        return self.redis.register_script(load_script(name))
+
+    async def ping(self) -> bool:
+        return bool(await self.redis.ping())
