@@ -1,0 +1,12 @@
+"""Everything that speaks Redis, and nothing else does.
+
+- `connect`: the one client factory (and the process commands' start-up check);
+  `embedded`: a real `redis-server` of our own (or in-process fakeredis) for `dev` and tests;
+- `keys`: every key name; `scripts`: the one loader of `lua/*.lua`; `clock`: timestamps;
+- `executions`: snapshots, event streams, indexes, retention, and `Store`, which gathers the
+  per-concept classes: `queue` (arq's job format, taking a job, concurrency slots),
+  `workers` (presence and leases), `feed` (the global feed), `signals` (wake-up and cancel);
+- `episodes`: the episodes' records and leases; `failures`: what a surface catches.
+
+Above this package nothing names a Redis command (`tests/test_layout.py` checks it).
+"""
