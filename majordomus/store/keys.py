@@ -23,6 +23,8 @@ class Keys:
         self.workers = f"{prefix}:workers"
         self.wake_channel = f"{prefix}:wake"
         self.cancel_channel = f"{prefix}:cancel"
+        # The one sweeper at a time, across every worker and API process.
+        self.sweeper_lock = f"{prefix}:sweeper"
         # Open and detached episodes by external id, scored by when the reaper may close
         # each (epoch ms); closed records by their key, scored by when they closed.
         self.episodes = f"{prefix}:episodes"
@@ -47,11 +49,23 @@ class Keys:
     def worker(self, worker_id: str) -> str:
         return f"{self.prefix}:worker:{worker_id}"
 
+    def worker_running(self, worker_id: str) -> str:
+        """The executions a worker holds (running or cancelling): added by the claim and
+        removed by the terminal event, in `append.lua`, so finding a dead worker's
+        executions reads this set, never every execution."""
+        return f"{self.prefix}:worker:{worker_id}:running"
+
     def lease(self, worker_id: str) -> str:
         return f"{self.prefix}:lease:{worker_id}"
 
     def concurrency(self, capability: str) -> str:
         return f"{self.prefix}:conc:{capability}"
+
+    def waiting(self, capability: str) -> str:
+        """Executions held back by the capability's `max_concurrency`, scored by when they
+        were queued: out of the queue, so waiting costs no worker and no traffic; the
+        terminal event of a slot holder moves the oldest back into the queue."""
+        return f"{self.prefix}:conc:{capability}:waiting"
 
     def episode(self, external_id: str) -> str:
         return f"{self.prefix}:ep:{{{external_id}}}"
