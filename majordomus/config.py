@@ -80,6 +80,8 @@ class Limits(msgspec.Struct, frozen=True):
     page_events: int = 500
     list_executions: int = 200
     diagnostics: int = 200
+    steps: int = 200
+    """Steps a snapshot keeps (the first ones); later ones are counted in `steps_dropped`."""
     log_line_chars: int = 2000
     validation_problems: int = 5
     wait_default_ms: int = 30_000

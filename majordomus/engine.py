@@ -131,6 +131,7 @@ class Engine:
             actor=actor,
             episode=episode,
             job=job_payload(execution_id, cap.id),
+            max_concurrency=cap.max_concurrency,
         )
         # Built here rather than read back: the answer is the queued snapshot even when a
         # worker has already picked the execution up.
@@ -353,9 +354,10 @@ class Engine:
             error=_error_decoder.decode(raw[b"error"]) if b"error" in raw else unset,
             progress=_progress_decoder.decode(raw[b"progress"]) if b"progress" in raw else unset,
             steps=_steps_decoder.decode(raw.get(b"steps", b"[]")),
+            steps_dropped=int(raw.get(b"steps_dropped", 0)),
             diagnostics=_diags_decoder.decode(raw.get(b"diagnostics", b"[]")),
             last_sequence=last_seq,
-            event_count=min(last_seq, LIMITS.stream_events),
+            event_count=last_seq,  # sequences are dense: every event ever appended
             events_truncated=last_seq > LIMITS.stream_events,
             cancellable=raw.get(b"cancellable") == b"1",
             actor=raw.get(b"actor", b"internal").decode(),  # type: ignore[arg-type]

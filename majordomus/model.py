@@ -186,6 +186,9 @@ class ExecutionSnapshot(msgspec.Struct, kw_only=True, omit_defaults=True):
     error: ExecutionError | UnsetType = UNSET
     progress: ProgressView | UnsetType = UNSET
     steps: list[StepView]
+    """The first 200 steps (`limits.steps`)."""
+    steps_dropped: int = 0
+    """Steps it started beyond those, counted, not kept."""
     diagnostics: list[ExecutionDiagnostic]
     last_sequence: int
     event_count: int

@@ -188,22 +188,15 @@ class WorkerRuntime:
                 ), execution_id))],
             )
             return "unknown capability"
-        slot = False
-        if cap.max_concurrency:
-            slot = await self.store.acquire_slot(cap.id, execution_id, cap.max_concurrency)
-            if not slot:
-                from arq.worker import Retry
-
-                raise Retry(defer=0.05)
-        try:
-            claim, secret = await self.store.claim(execution_id, self.worker_id)
-            if not claim.complete:
-                return f"not run: it is {claim.state or 'gone'}"
-            return await self._run_claimed(cap, execution_id, secret, slot)
-        finally:
-            if slot:
-                await self.store.release_slot(cap.id, execution_id)
-                self.wake.set()
+        # A capability with `max_concurrency` got its slot when the job was taken
+        # (take_job.lua); its terminal event frees it (append.lua).
+        slot = bool(cap.max_concurrency)
+        claim, secret = await self.store.claim(execution_id, self.worker_id)
+        if not claim.complete:
+            if slot:  # never ran, so no terminal event of ours frees the slot
+                await self.store.release_slot(cap.id, execution_id, cap.max_concurrency or 0)
+            return f"not run: it is {claim.state or 'gone'}"
+        return await self._run_claimed(cap, execution_id, secret, slot)
 
     async def _run_claimed(self, cap: Any, execution_id: str, secret: bytes | None, slot: bool) -> str:
         ctx = ExecutionContext(self.store, execution_id, self.worker_id, self.engine)

@@ -18,7 +18,6 @@ import time
 from typing import Any
 
 from arq.connections import create_pool
-from arq.utils import timestamp_ms
 from arq.worker import Worker
 
 from workers.runtime import WorkerRuntime
@@ -69,10 +68,10 @@ class MajordomusWorker(Worker):
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
         """arq's own loop over the polled job ids, but cheaper per job, which is what bounds
-        a busy worker's rate: a job this worker is running (it stays at the head of the
-        queue until it ends, so every poll reads it again) is passed over without a slot or
-        a round trip, and the check-and-mark of the others is one atomic script
-        (`take_job`) instead of a WATCH/MULTI transaction of four round trips."""
+        a busy worker's rate: taking a job is one atomic script (`take_job`) instead of a
+        WATCH/MULTI transaction of four round trips, and it takes the job off the queue, so
+        the queue holds only work that can run: no poll reads a running job again, and a
+        job held back by `max_concurrency` waits in its capability's list, not here."""
         runtime = self.runtime
         if runtime is None:
             await super().start_jobs(job_ids)
@@ -88,10 +87,8 @@ class MajordomusWorker(Worker):
                 self.sem.release()
                 return
             self.job_counter += 1
-            score = await runtime.store.take_job(
-                self.queue_name, job_id, timestamp_ms(), in_progress_ms
-            )
-            if score is None:  # running elsewhere, finished, or deferred meanwhile
+            score = await runtime.store.take_job(self.queue_name, job_id, in_progress_ms)
+            if not isinstance(score, int):  # taken elsewhere, stale, or waiting for a slot
                 self.job_counter -= 1
                 self.sem.release()
                 continue

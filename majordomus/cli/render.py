@@ -26,6 +26,7 @@ from rich.text import Text
 
 from majordomus.builtins.capabilities import CapabilityList, CapabilityView
 from majordomus.cli.transport import Message
+from majordomus.config import LIMITS
 from majordomus.docs import type_text
 from majordomus.errors import ExecutionError
 from majordomus.model import (
@@ -204,7 +205,7 @@ def snapshot(console: Console, snap: ExecutionSnapshot) -> None:
         ("worker", snap.worker),
         ("actor", snap.actor),
         ("episode", snap.episode),
-        ("events", f"{snap.event_count} kept of {snap.last_sequence}"),
+        ("events", f"{min(snap.event_count, LIMITS.stream_events)} kept of {snap.event_count}"),
         ("input", json_text(snap.input)),
     ]
     console.print(key_values(rows))

@@ -23,7 +23,7 @@ from majordomus.store.base import StoreBase
 from majordomus.store.clock import now_stamp
 from majordomus.store.connect import RedisClient
 from majordomus.store.feed import FeedStore
-from majordomus.store.queue import QueueStore, arq_job_key
+from majordomus.store.queue import QueueStore, arq_job_key, in_progress_key, retry_key
 from majordomus.store.signals import SignalStore
 from majordomus.store.workers import WorkerStore
 
@@ -75,6 +75,7 @@ class ExecutionStore(StoreBase):
         actor: str,
         episode: str | None,
         job: bytes,
+        max_concurrency: int | None = None,
     ) -> tuple[int, str]:
         """Create and enqueue; answers how many were queued ahead of it, and when it was."""
         k = self.keys
@@ -106,6 +107,7 @@ class ExecutionStore(StoreBase):
             self.settings.retain_seconds * 1000,
             created_data,
             k.wake_channel,
+            max_concurrency or 0,
         ]
         ahead = await self._create(keys=keys, args=args)
         if int(ahead) < 0:
@@ -129,6 +131,11 @@ class ExecutionStore(StoreBase):
             k.running,
             k.finished,
             k.secret_input(execution_id),
+            k.queue,
+            arq_job_key(execution_id),
+            in_progress_key(execution_id),
+            retry_key(execution_id),
+            k.taken,
         ]
         args: list[Any] = [
             execution_id,
@@ -141,6 +148,9 @@ class ExecutionStore(StoreBase):
             LIMITS.stream_events,
             len(events),
             "1" if read_secret else "0",
+            k.prefix,
+            k.wake_channel,
+            LIMITS.steps,
         ]
         for event_type, data in events:
             args.append(event_type)

@@ -23,6 +23,9 @@ class Keys:
         self.workers = f"{prefix}:workers"
         self.wake_channel = f"{prefix}:wake"
         self.cancel_channel = f"{prefix}:cancel"
+        # Jobs a worker took off the queue and has not claimed yet (scored by when): what a
+        # worker killed between the two leaves behind, which the sweeper puts back.
+        self.taken = f"{prefix}:taken"
         # The one sweeper at a time, across every worker and API process.
         self.sweeper_lock = f"{prefix}:sweeper"
         # Open and detached episodes by external id, scored by when the reaper may close

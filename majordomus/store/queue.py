@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 
 import msgspec
-from arq.constants import in_progress_key_prefix, job_key_prefix
+from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
 from arq.jobs import serialize_job
 
 from majordomus.config import Settings
@@ -43,21 +43,46 @@ def arq_job_key(execution_id: str) -> str:
     return job_key_prefix + execution_id
 
 
+def in_progress_key(execution_id: str) -> str:
+    """arq's mark that a worker runs the job."""
+    return in_progress_key_prefix + execution_id
+
+
+def retry_key(execution_id: str) -> str:
+    """arq's count of the job's tries."""
+    return retry_key_prefix + execution_id
+
+
+WAITING = "waiting"
+"""What `take_job` answers for a job held back by its capability's `max_concurrency`."""
+
+
 class QueueStore(StoreBase):
     def __init__(self, redis: RedisClient, settings: Settings) -> None:
         super().__init__(redis, settings)
-        self._acquire = self.script("acquire_slot.lua")
+        self._release = self.script("release_slot.lua")
+        self._requeue = self.script("requeue_taken.lua")
         self._take_job = self.script("take_job.lua")
 
-    async def take_job(
-        self, queue: str, job_id: str, now_ms: int, in_progress_ms: int
-    ) -> int | None:
-        """Mark an arq job in progress for this worker, as arq does before running it, in one
-        trip; answers its queue score, or None when it runs elsewhere, is gone or not due."""
-        score = await self._take_job(
-            keys=[in_progress_key_prefix + job_id, queue], args=[job_id, now_ms, in_progress_ms]
+    async def take_job(self, queue: str, job_id: str, in_progress_ms: int) -> int | str | None:
+        """Take a queued job off the queue for this worker, as arq marks one in progress, in
+        one trip: answers its queue score; `WAITING` when its capability's slots are all
+        held (it moved to the waiting list); None when there is nothing to take (gone, not
+        due, or no longer queued, in which case its stale entry was dropped)."""
+        taken = await self._take_job(
+            keys=[queue, in_progress_key(job_id), self.keys.snapshot(job_id), self.keys.taken],
+            args=[
+                job_id,
+                in_progress_ms,
+                int(self.settings.lease_seconds * 1000),
+                self.keys.prefix,
+            ],
         )
-        return None if score is None else int(float(score))
+        if taken is None:
+            return None
+        if taken in (WAITING, WAITING.encode()):
+            return WAITING
+        return int(float(taken))
 
     async def queue_length(self, queue: str) -> int:
         """How many jobs the queue holds, due or deferred, running or not."""
@@ -75,15 +100,38 @@ class QueueStore(StoreBase):
         _, ms = now_stamp()
         return ms, ms + int(self.settings.lease_seconds * 1000)
 
-    async def acquire_slot(self, capability: str, execution_id: str, limit: int) -> bool:
-        ms, expiry = self._slot_expiry()
-        got = await self._acquire(
-            keys=[self.keys.concurrency(capability)], args=[execution_id, ms, expiry, limit]
+    async def release_slot(self, capability: str, execution_id: str, limit: int) -> int:
+        """Free a slot (the holder's terminal event does this itself; this is for a holder
+        that ends without one) and move the oldest waiting executions into the queue while
+        slots are free; with `execution_id` '' it only promotes. Answers how many moved."""
+        moved = await self._release(
+            keys=[
+                self.keys.concurrency(capability),
+                self.keys.waiting(capability),
+                self.keys.queue,
+            ],
+            args=[execution_id, limit, self.keys.wake_channel],
         )
-        return bool(got)
+        return int(moved)
 
-    async def release_slot(self, capability: str, execution_id: str) -> None:
-        await self.redis.zrem(self.keys.concurrency(capability), execution_id)
+    async def requeue_taken(self, older_than_ms: int, batch: int = 1000) -> int:
+        """Put back into the queue jobs taken longer ago than `older_than_ms` and never
+        claimed (their worker died in between); answers how many went back."""
+        back = await self._requeue(
+            keys=[self.keys.taken, self.keys.queue],
+            args=[
+                older_than_ms,
+                batch,
+                self.keys.prefix,
+                in_progress_key_prefix,
+                self.keys.wake_channel,
+            ],
+        )
+        return int(back)
+
+    async def waiting_count(self, capability: str) -> int:
+        """How many executions wait for one of the capability's slots."""
+        return int(await self.redis.zcard(self.keys.waiting(capability)))
 
     async def renew_slots(self, held: Sequence[tuple[str, str]]) -> None:
         if not held:

@@ -8,6 +8,7 @@ import json
 import msgspec
 import pytest
 
+from majordomus.config import LIMITS
 from majordomus.engine import Engine
 from majordomus.errors import MajordomusError
 from majordomus.states import STATES, may_move_to
@@ -151,7 +152,8 @@ async def test_the_501st_event_drops_the_1st_and_pages_say_truncated(engine: Eng
     assert page.truncated and not page.more and page.last_sequence == 501
     assert not (await engine.events(xid, after=1)).truncated
     snap = await engine.get(xid)
-    assert snap.events_truncated and snap.event_count == 500 and snap.last_sequence == 501
+    # event_count counts every event ever appended, retained or not (SPEC: the snapshot).
+    assert snap.events_truncated and snap.event_count == 501 and snap.last_sequence == 501
 
 
 async def test_paging_by_cursor_walks_every_retained_event_once(engine: Engine) -> None:
@@ -257,3 +259,18 @@ async def test_retention_keeps_the_newest_finished_and_never_an_active_one(
     finished_ttl = await engine.redis.ttl(engine.store.keys.snapshot(done[3]))
     assert 0 < finished_ttl <= cfg.retain_seconds
     assert await engine.redis.ttl(engine.store.keys.snapshot(active)) == -1
+
+
+async def test_a_snapshot_keeps_the_first_200_steps_and_counts_the_rest(engine: Engine) -> None:
+    xid = await bring_to(engine, "running")
+    for i in range(250):
+        name = f'{{"name":"s{i}","title":"Step {i}"}}'.encode()
+        done = f'{{"name":"s{i}","ok":true}}'.encode()
+        await engine.store.append(
+            xid, [("execution.step.started", name), ("execution.step.completed", done)]
+        )
+    snap = await engine.get(xid)
+    assert len(snap.steps) == LIMITS.steps == 200
+    assert snap.steps[-1].name == "s199" and snap.steps[-1].state == "completed"
+    assert snap.steps_dropped == 50
+    assert snap.event_count == snap.last_sequence == 3 + 500

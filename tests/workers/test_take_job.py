@@ -1,26 +1,162 @@
-"""A worker takes an arq job the way arq does, in one atomic step: only one worker ever gets
-it, and never before it is due or after it is gone."""
+"""The queue holds only work that can run: a worker takes a job off it in one atomic step,
+an execution that ends leaves no trace in it, and an execution held back by its
+capability's `max_concurrency` waits outside it, costing nothing, first come first served."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
-from arq.constants import in_progress_key_prefix
+import pytest
+from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
 
 from majordomus.engine import Engine
+from majordomus.registry import REGISTRY
+from majordomus.store.connect import connect
+from majordomus.store.embedded import EmbeddedRedis
+from majordomus.store.queue import WAITING
+from tests.conftest import make_settings, running_worker, until
 
-QUEUE = "q-take"
-
-
-async def test_a_due_job_is_taken_once_and_marked_in_progress(redis: Any, engine: Engine) -> None:
-    await redis.zadd(QUEUE, {"job-1": 1000})
-    assert await engine.store.take_job(QUEUE, "job-1", 2000, 60_000) == 1000
-    assert await redis.pttl(in_progress_key_prefix + "job-1") > 59_000
-    assert await engine.store.take_job(QUEUE, "job-1", 2000, 60_000) is None
+IN_PROGRESS_MS = 60_000
 
 
-async def test_a_deferred_or_gone_job_is_not_taken(redis: Any, engine: Engine) -> None:
-    await redis.zadd(QUEUE, {"later": 5000})
-    assert await engine.store.take_job(QUEUE, "later", 2000, 60_000) is None
-    assert await engine.store.take_job(QUEUE, "gone", 2000, 60_000) is None
-    assert not await redis.exists(in_progress_key_prefix + "later", in_progress_key_prefix + "gone")
+async def queue_of(engine: Engine) -> list[str]:
+    return [m.decode() for m in await engine.redis.zrange(engine.store.keys.queue, 0, -1)]
+
+
+async def take(engine: Engine, execution_id: str) -> int | str | None:
+    return await engine.store.take_job(engine.store.keys.queue, execution_id, IN_PROGRESS_MS)
+
+
+async def test_a_due_job_is_taken_once_off_the_queue_and_marked_in_progress(engine: Engine) -> None:
+    snap = await engine.start("tests.noop", {})
+    assert isinstance(await take(engine, snap.id), int)
+    assert await queue_of(engine) == []
+    assert await engine.redis.pttl(in_progress_key_prefix + snap.id) > IN_PROGRESS_MS - 1000
+    assert await take(engine, snap.id) is None
+
+
+async def test_a_stale_entry_is_dropped_and_a_deferred_one_is_not_taken(engine: Engine) -> None:
+    queue = engine.store.keys.queue
+    await engine.redis.zadd(queue, {"forgotten": 1000, "later": time.time() * 1000 + 60_000})
+    assert await take(engine, "forgotten") is None  # no execution behind it: dropped
+    assert await take(engine, "later") is None  # not due yet: left where it is
+    assert await queue_of(engine) == ["later"]
+
+
+async def test_every_way_to_end_leaves_nothing_of_the_job_behind(
+    engine: Engine, worker: Any
+) -> None:
+    done = await engine.start("tests.noop", {})
+    cancelled = await engine.start("tests.sleepy", {"seconds": 30})
+    await engine.wait(done.id, 10_000)
+    await engine.cancel(cancelled.id)
+    await engine.wait(cancelled.id, 10_000)
+    never_ran = (await engine.start("tests.noop", {})).id
+    await engine.cancel(never_ran)
+    await asyncio.sleep(0.2)  # arq's own finish after the terminal event
+    keys = engine.store.keys
+    for xid in (done.id, cancelled.id, never_ran):
+        for prefix in (job_key_prefix, in_progress_key_prefix, retry_key_prefix):
+            assert not await engine.redis.exists(prefix + xid), (prefix, xid)
+    assert await queue_of(engine) == []
+    assert await engine.redis.zcard(keys.taken) == 0
+    runtime = worker.ctx["majordomus"]
+    assert await engine.redis.scard(keys.worker_running(runtime.worker_id)) == 0
+
+
+async def test_a_new_start_is_picked_up_with_thousands_running_or_ended_ahead_of_it(
+    redis: Any, engine: Engine, settings: Any
+) -> None:
+    """10,000 executions running on another worker and ended ones leave the queue empty of
+    them, so a free worker picks up a new start at once (it used to read only the first
+    100 entries, all running elsewhere, and wait)."""
+    busy = "busy-worker"
+    keys = engine.store.keys
+    ids = [(await engine.start("tests.noop", {})).id for _ in range(200)]
+    for xid in ids[:100]:
+        await take(engine, xid)
+        await engine.store.claim(xid, busy)
+    for xid in ids[100:]:
+        await engine.cancel(xid)
+    # The other 9,800 as a bulk of running entries of that worker: the scripts' layout.
+    async with redis.pipeline(transaction=False) as pipe:
+        for i in range(9_800):
+            pipe.sadd(keys.worker_running(busy), f"bulk-{i}")
+        await pipe.execute()
+    assert await queue_of(engine) == []
+    async with running_worker(redis, settings):
+        began = time.monotonic()
+        fresh = await engine.start("tests.noop", {})
+        finished = await engine.wait(fresh.id, 10_000)
+        took = time.monotonic() - began
+    assert finished.state == "succeeded"
+    print(f"pickup with 10,000 running or ended ahead: {took * 1000:.1f} ms to final")
+
+
+@pytest.fixture
+async def private_engine() -> AsyncIterator[Engine]:
+    """An engine on a redis-server of the test's own: `INFO commandstats` counts every
+    client of a server, so counting needs a server nobody else uses."""
+    with EmbeddedRedis() as server:
+        client = connect(server.url, arq=True)
+        yield Engine(client, REGISTRY, make_settings(server.url, poll_seconds=30.0))
+        await client.aclose(close_connection_pool=True)
+
+
+async def test_waiting_for_a_slot_holds_no_worker_and_makes_no_redis_traffic(
+    private_engine: Engine,
+) -> None:
+    engine, redis = private_engine, private_engine.redis
+    async with running_worker(redis, engine.settings, max_jobs=5):
+        holder = await engine.start("tests.serial", {"seconds": 12})
+        await until(lambda: _is_running(engine, holder.id))
+        # The same worker and holder for as long, first with nothing waiting, then with
+        # 100 waiting: the difference is what waiting costs (retried every 50 ms, as it
+        # used to be, 100 waiting cost some 6,000 commands a second).
+        alone = await _commands_over(redis, 5.0)
+        waiting = [await engine.start("tests.serial", {"seconds": 0}) for _ in range(100)]
+        await until(lambda: _waiting_all(engine, 100))
+        assert await queue_of(engine) == []
+        beside = await _commands_over(redis, 5.0)
+        print(f"Redis commands in 5 s, 100 executions waiting on a slot: {beside}; none: {alone}")
+        assert beside <= alone + 10, (alone, beside)
+        assert {(await engine.get(w.id)).state for w in waiting} == {"queued"}
+        await engine.cancel(holder.id)
+        ended = [await engine.wait(w.id, 30_000) for w in waiting]
+    assert all(e.state == "succeeded" for e in ended)
+    starts = [e.started_at for e in ended]
+    assert starts == sorted(starts), "the oldest waiting one starts first"
+
+
+async def _commands_over(redis: Any, seconds: float) -> int:
+    await redis.config_resetstat()
+    await asyncio.sleep(seconds)
+    stats = await redis.info("commandstats")
+    return sum(int(v["calls"]) for v in stats.values()) - 1  # less our own INFO
+
+
+async def _is_running(engine: Engine, execution_id: str) -> bool:
+    return (await engine.get(execution_id)).state == "running"
+
+
+async def _waiting_all(engine: Engine, count: int) -> bool:
+    return await engine.store.waiting_count("tests.serial") == count
+
+
+async def test_a_slot_freed_moves_the_oldest_waiting_execution_into_the_queue(
+    engine: Engine,
+) -> None:
+    first = await engine.start("tests.serial", {"seconds": 1})
+    second = await engine.start("tests.serial", {"seconds": 1})
+    third = await engine.start("tests.serial", {"seconds": 1})
+    assert isinstance(await take(engine, first.id), int)
+    assert await take(engine, second.id) == WAITING
+    assert await take(engine, third.id) == WAITING
+    await engine.store.claim(first.id, "w")
+    await engine.store.append(first.id, [("execution.completed", b'{"output":{"seconds":1}}')])
+    # its terminal event freed the slot ...
+    assert await queue_of(engine) == [second.id]  # ... and the oldest waiting one is back
+    assert await engine.store.waiting_count("tests.serial") == 1

@@ -4,9 +4,18 @@
 -- is refused (an illegal move, or anything after a final state) stops the batch and
 -- consumes no sequence.
 --
--- KEYS: snapshot, events, feed, idx:queued, idx:running, idx:finished, secret input
+-- The claim (`execution.started`) adds the execution to its worker's running set and
+-- takes it off the taken set; the terminal event removes every trace of it from the queue
+-- in the same step: its queue entry, arq's job, in-progress and retry keys, its place in
+-- the taken set, the waiting list and its worker's running set, and frees its concurrency
+-- slot, moving the oldest waiting execution of its capability back into the queue.
+-- Snapshot `steps` keep the first `steps_max`; later ones are counted in `steps_dropped`.
+--
+-- KEYS: snapshot, events, feed, idx:queued, idx:running, idx:finished, secret input,
+--       arq queue, arq job, arq in-progress, arq retry, the taken set
 -- ARGV: id, timestamp, now_ms, retain_seconds, feed_max, worker, cancel_channel,
 --       stream_max, n, read_secret ('1': answer the worker-only input too, for a claim),
+--       key prefix, wake channel, steps_max,
 --       then n pairs (type, data JSON or '')
 local TRANSITIONS = --@TRANSITIONS@
 local STATE_OF = --@STATE_OF@
@@ -15,12 +24,17 @@ local snap, stream, feed = KEYS[1], KEYS[2], KEYS[3]
 local id, ts, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local retain, feed_max, worker, cancel_channel = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local stream_max, n, read_secret = ARGV[8], tonumber(ARGV[9]), ARGV[10]
+local prefix, wake, steps_max = ARGV[11], ARGV[12], tonumber(ARGV[13])
+local FIRST = 13  -- the ARGV index after which the (type, data) pairs begin
 
-local cur = redis.call('HMGET', snap, 'state', 'last_seq', 'steps', 'diagnostics', 'diag_count')
+local cur = redis.call('HMGET', snap, 'state', 'last_seq', 'steps', 'diagnostics', 'diag_count',
+  'capability', 'conc_limit', 'worker', 'steps_dropped')
 local state = cur[1]
 if not state then return {-1, 0, '', 0} end
 local seq = tonumber(cur[2])
 local steps_json, diags, diag_count = cur[3], cur[4], tonumber(cur[5])
+local capability, conc_limit, owner = cur[6], tonumber(cur[7] or '0') or 0, cur[8]
+local steps_dropped = tonumber(cur[9] or '0') or 0
 local steps = nil
 local changed = {}
 local applied = 0
@@ -33,7 +47,7 @@ local head_ts = ',"timestamp":"' .. ts .. '","type":"'
 local progress = nil
 
 for i = 1, n do
-  local t, d = ARGV[9 + 2 * i], ARGV[10 + 2 * i]
+  local t, d = ARGV[FIRST - 1 + 2 * i], ARGV[FIRST + 2 * i]
   if is_final(state) then break end
   local target = STATE_OF[t]
   if target and not TRANSITIONS[state][target] then break end
@@ -54,9 +68,14 @@ for i = 1, n do
       redis.call('HINCRBY', snap, 'attempt', 1)
       changed[#changed + 1] = 'started_at'; changed[#changed + 1] = ts
       changed[#changed + 1] = 'started_ms'; changed[#changed + 1] = now
-      if worker ~= '' then changed[#changed + 1] = 'worker'; changed[#changed + 1] = worker end
+      if worker ~= '' then
+        changed[#changed + 1] = 'worker'; changed[#changed + 1] = worker
+        owner = worker
+        redis.call('SADD', prefix .. ':worker:' .. worker .. ':running', id)
+      end
       redis.call('ZREM', KEYS[4], id)
       redis.call('ZADD', KEYS[5], now, id)
+      redis.call('ZREM', KEYS[12], id)
     elseif t == 'execution.cancelling' then
       redis.call('PUBLISH', cancel_channel, id)
     else
@@ -78,7 +97,30 @@ for i = 1, n do
       redis.call('ZREM', KEYS[4], id)
       redis.call('ZREM', KEYS[5], id)
       redis.call('ZADD', KEYS[6], now, id)
-      redis.call('DEL', KEYS[7])
+      redis.call('DEL', KEYS[7], KEYS[9], KEYS[10], KEYS[11])
+      redis.call('ZREM', KEYS[8], id)
+      redis.call('ZREM', KEYS[12], id)
+      if owner then redis.call('SREM', prefix .. ':worker:' .. owner .. ':running', id) end
+      if conc_limit > 0 then
+        -- Free the slot and move the oldest waiting ones back into the queue (as
+        -- release_slot.lua does), so a slot never waits for a worker to notice.
+        local slots = prefix .. ':conc:' .. capability
+        local waiting = slots .. ':waiting'
+        redis.call('ZREM', waiting, id)
+        redis.call('ZREM', slots, id)
+        local clock = redis.call('TIME')
+        local at = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+        redis.call('ZREMRANGEBYSCORE', slots, '-inf', at)
+        local free = conc_limit - redis.call('ZCARD', slots)
+        if free > 0 then
+          local oldest = redis.call('ZRANGE', waiting, 0, free - 1)
+          for j, member in ipairs(oldest) do
+            redis.call('ZREM', waiting, member)
+            redis.call('ZADD', KEYS[8], at + j - 1, member)
+          end
+          if #oldest > 0 then redis.call('PUBLISH', wake, 'slot') end
+        end
+      end
     end
   elseif t == 'execution.progress' then
     -- Only the last report of the batch is folded: the snapshot keeps the latest.
@@ -86,7 +128,11 @@ for i = 1, n do
   elseif t == 'execution.step.started' then
     steps = steps or cjson.decode(steps_json)
     local s = cjson.decode(d)
-    steps[#steps + 1] = {name = s.name, title = s.title, state = 'running', started_at = ts}
+    if #steps < steps_max then
+      steps[#steps + 1] = {name = s.name, title = s.title, state = 'running', started_at = ts}
+    else
+      steps_dropped = steps_dropped + 1
+    end
   elseif t == 'execution.step.completed' then
     steps = steps or cjson.decode(steps_json)
     local s = cjson.decode(d)
@@ -94,13 +140,15 @@ for i = 1, n do
     for j = #steps, 1, -1 do
       if steps[j].name == s.name and steps[j].state == 'running' then found = steps[j]; break end
     end
-    if not found then
+    if not found and #steps < steps_max then
       found = {name = s.name, title = s.name, started_at = ts}
       steps[#steps + 1] = found
+    end  -- past the cap a step is counted once, when it starts
+    if found then
+      found.state = s.ok and 'completed' or 'failed'
+      found.finished_at = ts
+      if s.detail and s.detail ~= cjson.null then found.detail = s.detail end
     end
-    found.state = s.ok and 'completed' or 'failed'
-    found.finished_at = ts
-    if s.detail and s.detail ~= cjson.null then found.detail = s.detail end
   elseif t == 'execution.diagnostic' then
     if diag_count < 200 then
       if diag_count == 0 then diags = '[' .. d .. ']' else diags = string.sub(diags, 1, -2) .. ',' .. d .. ']' end
@@ -118,6 +166,7 @@ if applied > 0 then
   if steps then
     changed[#changed + 1] = 'steps'
     changed[#changed + 1] = (#steps == 0) and '[]' or cjson.encode(steps)
+    changed[#changed + 1] = 'steps_dropped'; changed[#changed + 1] = steps_dropped
   end
   changed[#changed + 1] = 'state'; changed[#changed + 1] = state
   changed[#changed + 1] = 'last_seq'; changed[#changed + 1] = seq

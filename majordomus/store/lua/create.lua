@@ -6,7 +6,7 @@
 --       the creation counter (idx:all is scored by it, so newest-first is exact)
 -- ARGV: id, timestamp, now_ms, feed_max, capability, title, input JSON (redacted),
 --       cancellable, actor, episode, secret JSON or '', arq job bytes, job ttl ms,
---       created data JSON, wake channel
+--       created data JSON, wake channel, max_concurrency (0: none)
 local snap, stream, feed = KEYS[1], KEYS[2], KEYS[3]
 local id, ts, now, feed_max = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if redis.call('EXISTS', snap) == 1 then return -1 end
@@ -16,6 +16,7 @@ local fields = {'id', id, 'capability', ARGV[5], 'title', ARGV[6], 'input', ARGV
   'created_ms', now, 'last_seq', 2, 'attempt', 0, 'steps', '[]', 'diagnostics', '[]',
   'diag_count', 0}
 if ARGV[10] ~= '' then fields[#fields + 1] = 'episode'; fields[#fields + 1] = ARGV[10] end
+if ARGV[16] ~= '0' then fields[#fields + 1] = 'conc_limit'; fields[#fields + 1] = ARGV[16] end
 redis.call('HSET', snap, unpack(fields))
 local head = '{"schema_version":"1","event_id":"' .. id .. '#'
 local mid = '","execution_id":"' .. id .. '","sequence":'
@@ -25,7 +26,9 @@ redis.call('XADD', stream, '1-0', 'e', e1)
 redis.call('XADD', stream, '2-0', 'e', e2)
 redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 1, 'e', e1)
 redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 2, 'e', e2)
-redis.call('ZADD', KEYS[4], redis.call('INCR', KEYS[9]), id)
+local order = redis.call('INCR', KEYS[9])
+redis.call('ZADD', KEYS[4], order, id)
+redis.call('HSET', snap, 'order', order)
 redis.call('ZADD', KEYS[5], now, id)
 if ARGV[11] ~= '' then redis.call('SET', KEYS[6], ARGV[11], 'PX', ARGV[13]) end
 redis.call('SET', KEYS[8], ARGV[12], 'PX', ARGV[13])

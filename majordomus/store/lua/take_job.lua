@@ -1,12 +1,39 @@
--- arq's check-and-mark of one job before a worker runs it (its `Worker.start_jobs`), in one
--- round trip instead of four (WATCH, EXISTS, ZSCORE, MULTI/PSETEX/EXEC): the job is not in
--- progress on any worker, is still queued and is due; then it is marked in progress.
--- Answers its queue score, or nil when another worker has it or it is gone or deferred.
+-- Take one queued job for this worker, or say why not, in one atomic step. The queue holds
+-- only work that can run: a taken job leaves it here (so no worker reads a running job
+-- again), a job whose execution is no longer queued (final, running, or forgotten) is
+-- dropped from it, and a job held back by its capability's `max_concurrency` moves to the
+-- capability's waiting list (out of the queue: waiting costs no worker and no traffic)
+-- until a slot holder's terminal event moves the oldest back (append.lua).
+-- Times are the server's (`TIME`), so a worker with a skewed clock frees nobody's slot.
 --
--- KEYS: arq's in-progress key of the job, arq's queue
--- ARGV: job id, now (epoch ms, the worker's clock as arq uses it), in-progress timeout ms
-if redis.call('EXISTS', KEYS[1]) == 1 then return false end
-local score = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if not score or tonumber(score) > tonumber(ARGV[2]) then return false end
-redis.call('SET', KEYS[1], '1', 'PX', ARGV[3])
+-- KEYS: arq queue, arq in-progress key of the job, the execution's snapshot, the taken set
+-- ARGV: job id, in-progress timeout ms, slot lease ms, key prefix
+-- Answers the job's queue score when taken; 'waiting' when it waits for a slot; false
+-- when there is nothing to take (not in the queue, not due, or dropped as stale).
+local queue, in_progress, snap, taken = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local id, in_progress_ms, slot_ms, prefix = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local score = redis.call('ZSCORE', queue, id)
+if not score or tonumber(score) > now then return false end
+local cur = redis.call('HMGET', snap, 'state', 'capability', 'conc_limit', 'order')
+if cur[1] ~= 'queued' or redis.call('EXISTS', in_progress) == 1 then
+  redis.call('ZREM', queue, id)
+  return false
+end
+local limit = tonumber(cur[3] or '0') or 0
+if limit > 0 then
+  local slots = prefix .. ':conc:' .. cur[2]
+  redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+  if not redis.call('ZSCORE', slots, id) and redis.call('ZCARD', slots) >= limit then
+    redis.call('ZREM', queue, id)
+    redis.call('ZADD', slots .. ':waiting', cur[4] or score, id)  -- first come, first served
+    return 'waiting'
+  end
+  redis.call('ZADD', slots, now + slot_ms, id)
+end
+redis.call('ZREM', queue, id)
+redis.call('ZADD', taken, now, id)
+redis.call('SET', in_progress, '1', 'PX', in_progress_ms)
 return score
