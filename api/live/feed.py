@@ -38,8 +38,6 @@ READ_BLOCK_MS = 5000
 """How long the shared reader blocks on the feed per call (it loops at once when woken)."""
 FEED_PAGE = 1000
 """Feed entries read per call, by the shared reader and by a catching-up unscoped channel."""
-MISSED_IDS_KEPT = 20_000
-"""Feed ids an unscoped listener remembers missing while behind (to count what was dropped)."""
 HUB_START_WAIT = 5.0
 """How long a new channel waits for the shared reader to reach Redis before answering 503."""
 
@@ -115,8 +113,11 @@ class Listener:
         """The hub's cursor when this listener registered: everything after it is offered."""
         self.items: deque[FeedEntry] = deque()
         self.behind = False
-        self.missed: deque[str] = deque(maxlen=MISSED_IDS_KEPT)
-        self.missed_beyond = 0
+        self.missed = 0
+        """While behind: how many entries it was offered and did not keep (counted, never
+        stored, so a slow listener costs its buffer and three numbers)."""
+        self.missed_first: str | None = None
+        self.missed_last: str | None = None
         self.closing: str | None = None
         self._waiter: asyncio.Future[bool] | None = None
 
@@ -126,9 +127,9 @@ class Listener:
         else:
             self.behind = True
             if self.execution_id is None:
-                if len(self.missed) == MISSED_IDS_KEPT:
-                    self.missed_beyond += 1
-                self.missed.append(entry.feed_id)
+                self.missed += 1
+                self.missed_first = self.missed_first or entry.feed_id
+                self.missed_last = entry.feed_id
         self._wake()
 
     def close(self, reason: str) -> None:
@@ -144,6 +145,7 @@ class Listener:
         """Forget the buffer: the caller reads Redis next, so nothing offered later is lost."""
         self.items.clear()
         self.behind = False
+        self.missed, self.missed_first, self.missed_last = 0, None, None
 
     async def wait(self, timeout: float) -> bool:
         """Until there is something to do (an entry, being behind, closing); False on timeout."""

@@ -17,6 +17,7 @@ runs the one loop every scope follows).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 from api.live.feed import (
@@ -166,10 +167,11 @@ class FeedScope:
         self.feed_max_events = feed_max_events
         self.last_id = start_id or "0-0"
         self.last = feed_key(self.last_id)
-        self.history: list[FeedEntry] = []
+        self.replay_upto: str | None = None
 
     async def ready(self, heartbeat: float) -> StreamReadyData | None:
         truncated = False
+        replayed = 0
         if self.cursor is not None:
             self.last_id = cursor = feed_id_of(self.cursor)
             self.last = feed_key(cursor)
@@ -179,19 +181,21 @@ class FeedScope:
                 and feed_key(oldest) > feed_key(cursor)
                 and length >= self.feed_max_events
             )
-            self.history = await self._feed_after(cursor)
+            # Counted page by page, never held: the replay reads the pages again as it sends.
+            async for page in self._pages_after(cursor, None):
+                replayed += len(page)
+                self.replay_upto = page[-1].feed_id
         return StreamReadyData(
             protocol_version=PROTOCOL_VERSION,
             scope="all",
-            replayed=len(self.history),
+            replayed=replayed,
             truncated=truncated,
             heartbeat_seconds=heartbeat,
         )
 
     async def replay(self, chunk: list[bytes], stream: EventStream) -> Ending:
-        for entry in self.history:
-            self._send(entry, chunk)
-        self.history = []
+        if self.replay_upto is not None:
+            await self._send_pages(self.last_id, self.replay_upto, chunk, stream)
         return None
 
     async def advance(self, listener: Listener, chunk: list[bytes], stream: EventStream) -> Ending:
@@ -202,29 +206,67 @@ class FeedScope:
                 chunk.append(entry.feed_message())
                 self.last, self.last_id = key, entry.feed_id
         if listener.behind:
-            missed, beyond = list(listener.missed), listener.missed_beyond
-            listener.missed.clear()
-            listener.missed_beyond = 0
+            missed, first, last = listener.missed, listener.missed_first, listener.missed_last
             listener.caught_up()
-            oldest, _, _ = await self.engine.feed_state()
-            dropped = beyond + sum(
-                1 for m in missed if oldest is None or feed_key(m) < feed_key(oldest)
-            )
-            if dropped:
-                chunk.append(lagged(dropped))
-            for entry in await self._feed_after(self.last_id):
-                self._send(entry, chunk)
+            # What it missed and Redis still has is counted first (a pass that keeps
+            # nothing), so `stream.lagged` comes before the entries it goes on with.
+            retained = await self._count_in(self.last_id, first, last)
+            if missed > retained:
+                chunk.append(lagged(missed - retained))
+            sent = await self._send_pages(self.last_id, None, chunk, stream, first, last)
+            if sent < retained:  # trimmed between the two passes
+                chunk.append(lagged(retained - sent))
         return None
+
+    async def _count_in(self, after_id: str, low_id: str | None, high_id: str | None) -> int:
+        """How many retained feed entries after `after_id` lie in [low_id, high_id]."""
+        if low_id is None or high_id is None:
+            return 0
+        low, high = feed_key(low_id), feed_key(high_id)
+        counted = 0
+        async for page in self._pages_after(after_id, high_id):
+            counted += sum(1 for e in page if low <= feed_key(e.feed_id) <= high)
+        return counted
+
+    async def _send_pages(
+        self,
+        after_id: str,
+        upto: str | None,
+        chunk: list[bytes],
+        stream: EventStream,
+        count_from: str | None = None,
+        count_upto: str | None = None,
+    ) -> int:
+        """Send the feed after `after_id` (up to `upto`), a page at a time, flushed as it
+        goes; answers how many of the entries sent lie in [count_from, count_upto]."""
+        low = feed_key(count_from) if count_from else None
+        high = feed_key(count_upto) if count_upto else None
+        counted = 0
+        async for page in self._pages_after(after_id, upto):
+            for entry in page:
+                key = feed_key(entry.feed_id)
+                if key <= self.last:
+                    continue
+                if low is not None and high is not None and low <= key <= high:
+                    counted += 1
+                self._send(entry, chunk)
+            await stream.write(b"".join(chunk))
+            chunk.clear()
+        return counted
 
     def _send(self, entry: FeedEntry, chunk: list[bytes]) -> None:
         chunk.append(entry.feed_message())
         self.last, self.last_id = feed_key(entry.feed_id), entry.feed_id
 
-    async def _feed_after(self, after_id: str) -> list[FeedEntry]:
-        entries: list[FeedEntry] = []
+    async def _pages_after(self, after_id: str, upto: str | None) -> AsyncIterator[list[FeedEntry]]:
+        """The retained feed after `after_id` (and up to `upto`), `FEED_PAGE` at a time."""
+        bound = feed_key(upto) if upto else None
         while True:
             page = feed_entries(await self.engine.feed_after(after_id, FEED_PAGE))
-            entries.extend(page)
+            if bound is not None:
+                page = [e for e in page if feed_key(e.feed_id) <= bound]
+            if page:
+                yield page
             if len(page) < FEED_PAGE:
-                return entries
+                return
             after_id = page[-1].feed_id
