@@ -19,7 +19,10 @@ if reason == 'expired' then
   local held_until = tonumber(redis.call('HGET', rec, 'held_until_ms') or '0')
   local grace = tonumber(redis.call('HGET', rec, 'grace_ms') or ARGV[6])
   local deadline = held_until + grace
-  if redis.call('EXISTS', lease) == 1 or deadline > tonumber(now) then
+  -- The server's clock decides whether the grace has passed, never a replica's.
+  local t = redis.call('TIME')
+  local server_now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if redis.call('EXISTS', lease) == 1 or deadline > server_now then
     redis.call('ZADD', idx, deadline, id)
     return 0
   end
