@@ -6,7 +6,9 @@
 from the same registry, the live channel at `/events`, and the MCP server at `/mcp` when
 `api.mcp` provides one. No route is written by hand for one capability; the handlers call
 the engine and nothing else. Errors of every kind leave through `api.errors`; who may call
-is decided by `api.access` before any handler runs.
+is decided by `api.access` before any handler runs. The lifespan also runs this process's
+candidacy for the one sweeper (`majordomus.sweeper`), so the executions of dead workers are
+failed even when no worker is left.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from majordomus.registry import Capability
 from majordomus.schemas import coerce_strings
 from majordomus.store.connect import api_client
 from majordomus.store.failures import UNREACHABLE
+from majordomus.sweeper import Sweeper, concurrency_of
 
 log = logging.getLogger("majordomus.api")
 
@@ -250,15 +253,22 @@ def create_app(
 
         handlers.append(mcp_endpoint)
 
+    # The API sweeps too, so executions of dead workers are failed with no worker left.
+    sweeper = Sweeper(
+        engine.store, settings, f"api:{client_name()}", concurrency_of(engine.registry)
+    )
+
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         await hub.start()
+        sweeper.start()
         try:
             async with AsyncExitStack() as stack:
                 if mcp is not None:
                     await stack.enter_async_context(mcp.lifespan())
                 yield
         finally:
+            await sweeper.stop()
             await hub.stop()
             if owns_redis:
                 await engine.aclose()
@@ -275,4 +285,5 @@ def create_app(
     app.state.engine = engine
     app.state.hub = hub
     app.state.mcp = mcp
+    app.state.sweeper = sweeper
     return app

@@ -216,10 +216,12 @@ def worker_process(redis_url: str) -> Iterator[Any]:
             wp.wait(10)
 
 
-async def wait_for_workers(redis: Any, count: int, timeout: float = 20) -> None:
+async def wait_for_workers(
+    redis: Any, count: int, timeout: float = 20, key: str = "md:workers"
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if await redis.zcard("md:workers") >= count:
+        if await redis.zcard(key) >= count:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"{count} workers did not report within {timeout}s")

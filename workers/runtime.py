@@ -25,13 +25,20 @@ from majordomus.config import Settings
 from majordomus.context import ExecutionCancelled, ExecutionContext, error_of
 from majordomus.engine import Engine, call_handler
 from majordomus.errors import MajordomusError
+from majordomus.loops import Failures, stop_task
 from majordomus.registry import Registry
+from majordomus.states import FINAL
 from majordomus.store.clock import now_stamp
 from majordomus.store.connect import RedisClient
 from majordomus.store.executions import encode
 from majordomus.store.workers import Presence
+from majordomus.sweeper import Sweeper, concurrency_of
 
 log = logging.getLogger("majordomus.worker")
+
+LISTENER_RETRY_CAP_SECONDS = 1.0
+"""The longest wait between two subscription attempts while Redis is away: wake-ups and
+cancels are heard again within a second of its return."""
 
 WORKER_LOST = MajordomusError(
     "unavailable",
@@ -49,6 +56,8 @@ class Running:
         self.slot = slot
         self.task: asyncio.Task[Any] | None = None
         self.force_timer: asyncio.TimerHandle | None = None
+        self.forgotten = False
+        """Redis was found not to know it (said once in the log, by the beat)."""
 
 
 class WorkerRuntime:
@@ -63,6 +72,8 @@ class WorkerRuntime:
         self.wake = asyncio.Event()
         self.accepting = True
         self._tasks: list[asyncio.Task[None]] = []
+        self._forgotten: list[str] = []
+        """Executions Redis no longer knew, not yet said in the log (the beat says them once)."""
 
     # -- life -----------------------------------------------------------------------
 
@@ -78,30 +89,35 @@ class WorkerRuntime:
 
     async def stop(self) -> None:
         for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(BaseException):
-                await task
+            await stop_task(task, log)
         with contextlib.suppress(Exception):
             await self.store.remove_worker(self.worker_id)
 
     async def _listen(self, subscribed: asyncio.Event) -> None:
-        """Wake-up and cancel signals, on one pub/sub connection for the whole worker."""
+        """Wake-up and cancel signals, on one pub/sub connection for the whole worker.
+
+        When the subscription breaks (Redis went away, or answered nothing for a while) it
+        backs off and subscribes again; a cancel published meanwhile is caught by the beat.
+        """
+        failures = Failures(log, "the signal listener", cap=LISTENER_RETRY_CAP_SECONDS)
         while True:
+            signals = None
             try:
                 signals = await self.store.subscribe_signals()
                 subscribed.set()
                 self.wake.set()  # anything enqueued while we were not listening
+                failures.recovered()
                 async for signal in signals:
                     if signal.kind == "cancel":
                         self._on_cancel(signal.execution_id)
                     else:
                         self.wake.set()
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # Redis went away: back off, then listen again.
-                log.warning("signal listener lost its connection (%s); retrying", exc)
-                await asyncio.sleep(0.5)
+            except Exception as exc:  # noqa: BLE001  back off, then listen again
+                failures.failed(exc)
+                await failures.pause()
+            finally:
+                if signals is not None:
+                    await signals.aclose()
 
     def _on_cancel(self, execution_id: str, by: str = "user") -> None:
         run = self.running.get(execution_id)
@@ -120,7 +136,9 @@ class WorkerRuntime:
 
     async def beat(self) -> None:
         """Renew the lease and publish presence (id, host, pid, started, running, last beat)."""
-        lease_ms = int(self.settings.lease_seconds * 1000 / 2)
+        # The whole lease: a worker silent for less (a Redis restart, a short cut) keeps its
+        # executions; one silent for longer has them failed by the sweeper.
+        lease_ms = int(self.settings.lease_seconds * 1000)
         stamp, ms = now_stamp()
         presence: Presence = {
             "id": self.worker_id,
@@ -137,41 +155,62 @@ class WorkerRuntime:
         await self.store.renew_slots(held)
 
     async def _beat_forever(self) -> None:
+        """Beat every fifth of the lease; after a failure, again as soon as Redis answers
+        (backing off up to the beat interval), so the lease is renewed by itself."""
         interval = self.settings.lease_seconds / 5
+        failures = Failures(log, "the lease renewal (beat)")
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(min(interval, failures.backoff()) if failures.failing else interval)
             try:
                 await self.beat()
                 await self._catch_missed_cancels()
-            except Exception as exc:
-                log.warning("lease renewal failed (%s)", exc)
+            except Exception as exc:  # noqa: BLE001  beat again, sooner
+                failures.failed(exc)
+                continue
+            failures.recovered()
 
     async def _catch_missed_cancels(self) -> None:
-        """A cancel published while the listener reconnected is still seen, a beat later."""
+        """A cancel published while the listener was away is still seen, a beat later; an
+        execution that ended elsewhere, or that Redis forgot, has its handler stopped."""
         ids = list(self.running)
-        if not ids:
-            return
-        for execution_id, state in zip(ids, await self.store.states(ids), strict=True):
+        states = await self.store.states(ids) if ids else []
+        for execution_id, state in zip(ids, states, strict=True):
             if state == "cancelling":
                 self._on_cancel(execution_id)
-            elif state is None or state in ("succeeded", "failed", "cancelled"):
+            elif state is None or state in FINAL:
+                # Its report writer may have learned it first (and dropped its reports):
+                # the handler is stopped here all the same.
                 run = self.running.get(execution_id)
-                if run is not None and run.task is not None and not run.task.done():
-                    run.ctx.lost = True
+                if run is None:
+                    continue
+                run.ctx.ended_elsewhere(forgotten=state is None)
+                if state is None and not run.forgotten:
+                    run.forgotten = True
+                    self._forgotten.append(execution_id)
+                if run.task is not None and not run.task.done():
                     run.task.cancel()
+        self._say_forgotten()
+
+    def _say_forgotten(self) -> None:
+        """One line for all the executions Redis forgot since the last beat (it came back
+        empty, or lost them), not one per execution per beat."""
+        if not self._forgotten:
+            return
+        ids, self._forgotten = self._forgotten, []
+        shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+        log.warning(
+            "Redis no longer knows %d of the executions this worker was running (was it "
+            "restarted empty?); their handlers are stopped: %s",
+            len(ids),
+            shown,
+        )
 
     async def _sweep_forever(self) -> None:
-        interval = max(0.2, self.settings.lease_seconds / 10)
-        ticks = 0
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await sweep_lost(self.engine)
-                ticks += 1
-                if ticks % max(1, int(60 / interval)) == 0:
-                    await self.store.prune()
-            except Exception as exc:
-                log.warning("sweep failed (%s)", exc)
+        """This worker's candidacy for the cluster's one sweeper (`majordomus.sweeper`):
+        it sweeps while elected and releases the lock when the worker stops."""
+        await Sweeper(
+            self.store, self.settings, f"worker:{self.worker_id}", concurrency_of(self.registry)
+        ).run()
 
     # -- one execution --------------------------------------------------------------
 
@@ -204,7 +243,8 @@ class WorkerRuntime:
         self.running[execution_id] = run
         try:
             value = msgspec.json.decode(secret or b"{}", type=cap.input)
-            handler = asyncio.ensure_future(call_handler(cap, ctx, value))
+            # Held at its awaits while its reports wait past their bound (`ctx.held`).
+            handler = asyncio.ensure_future(ctx.held(call_handler(cap, ctx, value)))
             run.task = handler
             try:
                 output = await handler
@@ -224,6 +264,8 @@ class WorkerRuntime:
         finally:
             if run.force_timer is not None:
                 run.force_timer.cancel()
+            if ctx.forgotten and not run.forgotten:
+                self._forgotten.append(execution_id)  # said by the next beat
             self.running.pop(execution_id, None)
 
     async def _end_cancelled(self, ctx: ExecutionContext, exc: BaseException) -> str:
@@ -245,32 +287,13 @@ class WorkerRuntime:
     # -- stopping ---------------------------------------------------------------------
 
     async def cancel_all(self, by: str) -> None:
-        """Ask every running execution to stop (a worker told to stop, past its grace)."""
-        for execution_id in list(self.running):
-            await self.store.append(execution_id, [("execution.cancelling", encode({"by": by}))])
+        """Ask every running execution to stop (a worker told to stop, past its grace); the
+        `execution.cancelling` goes with the execution's reports, so an outage delays it
+        but does not lose it."""
+        for execution_id, run in list(self.running.items()):
+            run.ctx.note_cancelling(by)
             self._on_cancel(execution_id, by)
 
 
 def _failed(error: MajordomusError, execution_id: str) -> bytes:
     return b'{"error":' + encode(error.for_execution(execution_id)) + b"}"
-
-
-async def sweep_lost(engine: Engine) -> int:
-    """Fail the running executions of workers whose lease ran out; answers how many."""
-    store = engine.store
-    ids = await store.running_ids()
-    if not ids:
-        return 0
-    workers = await store.owners(ids)
-    alive: dict[str, bool] = {}
-    for worker_id in {w.decode() for w in workers if w}:
-        alive[worker_id] = await store.holds_lease(worker_id)
-    failed = 0
-    for execution_id, owner in zip(ids, workers, strict=True):
-        if owner is not None and alive.get(owner.decode(), False):
-            continue
-        result = await store.append(execution_id, [("execution.failed", _failed(WORKER_LOST, execution_id))])
-        if result.complete:
-            failed += 1
-            log.warning("execution_id=%s failed: its worker %s stopped", execution_id, owner)
-    return failed

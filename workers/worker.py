@@ -20,6 +20,7 @@ from typing import Any
 from arq.connections import create_pool
 from arq.worker import Worker
 
+from majordomus.loops import Failures
 from workers.runtime import WorkerRuntime
 
 log = logging.getLogger("majordomus.worker")
@@ -43,16 +44,26 @@ class MajordomusWorker(Worker):
         runtime: WorkerRuntime = self.ctx["majordomus"]
         self.runtime = runtime
         log.info("worker %s ready on queue %s", runtime.worker_id, self.queue_name)
+        # A failed poll (Redis away, or a job that ended with a failure arq re-raises here)
+        # never ends the process: it is said once, and polling resumes, backing off, as
+        # soon as Redis answers; the listener's resubscription wakes it at once.
+        failures = Failures(log, "the worker's poll loop")
         while True:
             runtime.wake.clear()
-            await self._poll_iteration()
-            if (
-                self.burst
-                and not self.tasks
-                and not await runtime.store.queue_length(self.queue_name)
-            ):
-                return
-            timeout = await self._next_wait(runtime, runtime.settings.poll_seconds)
+            try:
+                await self._poll_iteration()
+                if (
+                    self.burst
+                    and not self.tasks
+                    and not await runtime.store.queue_length(self.queue_name)
+                ):
+                    return
+                timeout = await self._next_wait(runtime, runtime.settings.poll_seconds)
+            except Exception as exc:  # noqa: BLE001
+                failures.failed(exc)
+                timeout = failures.backoff()
+            else:
+                failures.recovered()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(runtime.wake.wait(), timeout)
 

@@ -15,7 +15,6 @@ what a channel sends (`api.live.channel`, `api.live.scopes`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Iterable
@@ -26,9 +25,9 @@ from api.live.sse import sse_event
 from majordomus.config import LIMITS, Settings
 from majordomus.engine import Engine
 from majordomus.errors import unavailable
+from majordomus.loops import Failures, stop_task
 from majordomus.model import TERMINAL_EVENT_TYPES
 from majordomus.states import FINAL
-from majordomus.store.failures import UNREACHABLE
 
 log = logging.getLogger("majordomus.live")
 
@@ -40,6 +39,9 @@ FEED_PAGE = 1000
 """Feed entries read per call, by the shared reader and by a catching-up unscoped channel."""
 HUB_START_WAIT = 5.0
 """How long a new channel waits for the shared reader to reach Redis before answering 503."""
+READER_BACKOFF_CAP_SECONDS = 2.0
+"""The longest wait between two attempts of the shared reader while Redis is away, so live
+channels resume within two seconds of its return."""
 
 
 class EventHead(msgspec.Struct):
@@ -194,10 +196,8 @@ class FeedHub:
     async def stop(self, reason: str = "server stopping") -> None:
         self.close_all(reason)
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
-            self._task = None
+            task, self._task = self._task, None
+            await stop_task(task, log)
 
     def close_all(self, reason: str = "server stopping") -> None:
         """End every live channel with `stream.closing{reason}` (clients reconnect elsewhere)."""
@@ -215,7 +215,7 @@ class FeedHub:
         return len(self.unscoped) + sum(len(g) for g in self.scoped.values())
 
     async def _run(self) -> None:
-        backoff = 0.1
+        failures = Failures(log, "the feed reader", cap=READER_BACKOFF_CAP_SECONDS)
         while True:
             try:
                 if self.cursor is None:
@@ -225,22 +225,15 @@ class FeedHub:
                 entries = feed_entries(
                     await self.engine.read_feed(self.cursor, READ_BLOCK_MS, FEED_PAGE)
                 )
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if self.healthy or backoff == 0.1:
-                    level = logging.WARNING if isinstance(exc, UNREACHABLE) else logging.ERROR
-                    log.log(
-                        level, "feed reader: %s; retrying", exc, exc_info=level > logging.WARNING
-                    )
+            except Exception as exc:  # noqa: BLE001  back off, then read again
+                failures.failed(exc)
                 self.healthy = False
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+                await failures.pause()
                 continue
             if not self.healthy:
+                failures.recovered()
                 log.info("feed reader: following the feed from %s", self.cursor)
             self.healthy = True
-            backoff = 0.1
             if entries:
                 # The cursor moves and the entries go out with no await in between, so a
                 # listener registering now is offered exactly the entries after `cursor`.

@@ -34,6 +34,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from majordomus.config import Settings
 from majordomus.engine import Engine
 from majordomus.episodes import HolderKind, hold_seconds
+from majordomus.loops import Failures, stop_task
 
 log = logging.getLogger("majordomus.mcp")
 
@@ -254,12 +255,16 @@ class HeldEpisodes:
     async def keep_episodes(self) -> None:
         """Until cancelled: renew live sessions' episodes and reap abandoned ones."""
         interval = min(1.0, hold_seconds(self.settings) / 3)
+        failures = Failures(log, "keeping episodes", cap=interval)
         while True:
             try:
                 await self.heartbeat()
                 await self.episodes.reap()
-            except Exception:  # noqa: BLE001
-                log.warning("keeping episodes failed; trying again", exc_info=True)
+            except Exception as exc:  # noqa: BLE001  try again, next interval at the latest
+                failures.failed(exc)
+                await failures.pause()
+                continue
+            failures.recovered()
             await asyncio.sleep(interval)
 
     @contextlib.asynccontextmanager
@@ -269,9 +274,7 @@ class HeldEpisodes:
         try:
             yield
         finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+            await stop_task(keeper, log)
             with anyio.move_on_after(SHUTDOWN_SECONDS, shield=True):
                 try:
                     await self.release_all()

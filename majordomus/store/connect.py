@@ -1,19 +1,33 @@
 """Connections to Redis: the one place a client is made, for every process alike.
 
-`connect` builds the client of a worker, the CLI and MCP over stdio (a pool that waits for
-a free connection or one that opens more, an arq client for workers, or a client of an
-in-process fakeredis server for `majordomus dev` on a machine without `redis-server`);
-`api_client` is the API's, a waiting pool with its timeouts; `check_reachable` is the
-start-up check of the process commands. The embedded server itself is
-`majordomus.store.embedded`. Nothing else builds a client.
+`connect` builds the client of a worker, the CLI and MCP over stdio (an arq client for
+workers, or a client of an in-process fakeredis server for `majordomus dev` on a machine
+without `redis-server`); `api_client` is the API's; `check_reachable` is the start-up check
+of the process commands. Every client has the same policy, named below: bounded connect
+and read timeouts, TCP keepalive probes as the health check of idle connections, a
+bounded pool that waits for a free connection, and a few quick retries of a command whose
+connection broke (redis-py's `Retry`, exponential backoff with jitter). Those retries ride
+through a blip (a reset connection, a restart); an outage longer than that reaches the
+caller as `majordomus.store.failures.UNREACHABLE`, and what to do then is the caller's.
+
+The read timeout is above the longest block any caller asks for (`LONGEST_BLOCK_SECONDS`),
+so a blocking read (`XREAD BLOCK` of the feed reader and of `executions.wait`) is never cut
+by it; the workers' pub/sub connection reads with timeouts of its own and pings
+(`majordomus.store.signals`), since a plain `listen()` would wait on the socket timeout.
+The embedded server itself is `majordomus.store.embedded`. Nothing else builds a client.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any, cast
 
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ConnectionError as _ConnectionError
+from redis.exceptions import TimeoutError as _TimeoutError
 
 from majordomus.config import shown_url
 from majordomus.errors import MajordomusError, invalid_input, unavailable
@@ -24,26 +38,78 @@ RedisClient = Redis
 """The client type every store class takes (an `ArqRedis` is one too)."""
 
 WAIT_FOR_CONNECTION_SECONDS = 10
-"""How long a caller of a waiting pool (`wait=True`) waits for a free connection."""
+"""How long a caller of a waiting pool (`wait=True`) waits for a free connection; past it
+the call fails with `ConnectionError("No connection available.")`."""
+
+MAX_CONNECTIONS = 64
+"""Connections one client's pool opens at most (the API passes its own bound)."""
+
+CONNECT_TIMEOUT_SECONDS = 3.0
+"""How long opening a connection may take before it counts as a failure."""
+
+LONGEST_BLOCK_SECONDS = 5.0
+"""The longest a caller blocks in one read (`api.live.feed.READ_BLOCK_MS`, the 5 s slices
+of `Engine.wait`, the CLI's follow): the read timeout must stay above it."""
+
+SOCKET_TIMEOUT_SECONDS = 10.0
+"""How long a reply may take before the connection counts as broken: the longest block
+(5 s) with room for a busy or briefly paused server."""
+
+KEEPALIVE_IDLE_SECONDS = 10
+KEEPALIVE_INTERVAL_SECONDS = 5
+KEEPALIVE_PROBES = 3
+"""The health check of a connection: TCP keepalive probes after 10 s idle, every 5 s, and
+the kernel drops it after 3 unanswered (so about 25 s after its peer vanished without a
+reset). redis-py's own `health_check_interval` (a PING before a command on an idle
+connection) is left off: in redis-py 5.3 together with `Retry` it recurses without end
+when a connection is accepted and then dropped during its handshake (redis/redis-py#3745,
+#2866), which is what a flapping proxy or load balancer does. A broken connection is
+found at the next command instead, and that command is retried on a new one."""
+
+RETRIES = 3
+"""How many times a command is sent again after its connection broke or timed out."""
+
+RETRY_BACKOFF_BASE_SECONDS = 0.05
+RETRY_BACKOFF_CAP_SECONDS = 1.0
+"""Each retry waits a random time up to base * 2**attempt, at most the cap: at most about
+1.4 s over three retries, a blip and not an outage."""
+
+
+def retry_policy() -> Retry:
+    """The retry of every client (a fresh one each: redis-py copies it per connection)."""
+    backoff = ExponentialWithJitterBackoff(
+        cap=RETRY_BACKOFF_CAP_SECONDS, base=RETRY_BACKOFF_BASE_SECONDS
+    )
+    return Retry(backoff, RETRIES, (_ConnectionError, _TimeoutError))
+
+
+def _keepalive_options() -> dict[int, int]:
+    """The keepalive timings, where the platform names them (Linux does; macOS has some)."""
+    wanted = {
+        "TCP_KEEPIDLE": KEEPALIVE_IDLE_SECONDS,
+        "TCP_KEEPINTVL": KEEPALIVE_INTERVAL_SECONDS,
+        "TCP_KEEPCNT": KEEPALIVE_PROBES,
+    }
+    return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
 
 
 def connect(
     url: str | None,
     *,
     arq: bool = False,
-    max_connections: int = 64,
-    wait: bool = False,
+    max_connections: int = MAX_CONNECTIONS,
+    wait: bool = True,
     name: str | None = None,
-    connect_timeout: float | None = None,
-    socket_timeout: float | None = None,
+    connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
+    socket_timeout: float = SOCKET_TIMEOUT_SECONDS,
     fake_server: Any = None,
 ) -> Any:
     """A client on `url` (or on `fake_server`, an in-process fakeredis server).
 
-    With `arq`, an `ArqRedis` that can also enqueue and poll; with `wait`, a pool of at
-    most `max_connections` that waits for a free one rather than opening another (the
-    API's, so a thousand listeners hold a bounded number); `name` is what `CLIENT LIST`
-    shows. A URL that is not a Redis URL is `invalid_input`.
+    With `arq`, an `ArqRedis` that can also enqueue and poll. The pool holds at most
+    `max_connections`; with `wait` (the default) a caller past that waits up to
+    `WAIT_FOR_CONNECTION_SECONDS` for a free one, without it the call fails at once.
+    `name` is what `CLIENT LIST` shows. A URL that is not a Redis URL is `invalid_input`.
     """
     options: dict[str, Any] = {"max_connections": max_connections}
     if name is not None:
@@ -56,10 +122,15 @@ def connect(
 
         pool = pool_class(connection_class=cast(Any, FakeConnection), server=fake_server, **options)
     else:
-        if connect_timeout is not None:
-            options["socket_connect_timeout"] = connect_timeout
-        if socket_timeout is not None:
-            options["socket_timeout"] = socket_timeout
+        options.update(
+            socket_connect_timeout=connect_timeout,
+            socket_timeout=socket_timeout,
+            retry=retry_policy(),
+            retry_on_error=[_ConnectionError, _TimeoutError],
+        )
+        if not (url or DEFAULT_URL).startswith("unix:"):  # a unix socket has no keepalive
+            options["socket_keepalive"] = True
+            options["socket_keepalive_options"] = _keepalive_options()
         try:
             pool = pool_class.from_url(url or DEFAULT_URL, **options)
         except ValueError as exc:
@@ -73,15 +144,9 @@ def connect(
 
 def api_client(url: str | None, max_connections: int, name: str) -> Any:
     """The API's one client: a pool of at most `max_connections` that waits for a free
-    connection rather than opening another, each connection named `name` in `CLIENT LIST`."""
-    return connect(
-        url,
-        wait=True,
-        name=name,
-        connect_timeout=3,
-        socket_timeout=15,
-        max_connections=max_connections,
-    )
+    connection rather than opening another (so a thousand listeners hold a bounded number),
+    each connection named `name` in `CLIENT LIST`."""
+    return connect(url, wait=True, name=name, max_connections=max_connections)
 
 
 def not_a_redis_url(url: str, exc: Exception) -> MajordomusError:

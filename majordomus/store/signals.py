@@ -6,15 +6,32 @@ their scripts. A worker holds one subscription to both, on a connection of its o
 it does on a signal, and how it resubscribes when Redis goes away, is `workers/`'s. A
 signal may be missed while no one listens: the poll fallback and the next beat's state
 check are what make up for it, not this module.
+
+The subscription reads in slices of `SIGNAL_READ_SECONDS` and pings every
+`SIGNAL_PING_SECONDS`: a connection that answers nothing for `SIGNAL_SILENCE_SECONDS` is
+broken (a server gone without a reset, a proxy holding a dead socket), and the iteration
+ends with `TimeoutError` so its owner subscribes again. A plain `listen()` would instead
+wait for the client's socket timeout, and reconnect behind its owner's back.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from redis.exceptions import TimeoutError as _TimeoutError
+
 from majordomus.store.base import StoreBase
+
+SIGNAL_READ_SECONDS = 1.0
+"""One read of the subscription waits at most this (below the client's socket timeout)."""
+SIGNAL_PING_SECONDS = 5.0
+"""How often a quiet subscription pings Redis."""
+SIGNAL_SILENCE_SECONDS = 12.0
+"""A subscription that heard nothing (no signal, no pong) for this long is broken."""
+_PING = b"majordomus-signals"
 
 
 @dataclass(frozen=True)
@@ -26,18 +43,40 @@ class Signal:
 
 
 class SignalStore(StoreBase):
-    async def subscribe_signals(self) -> AsyncIterator[Signal]:
-        """Subscribe to both channels; answers, once subscribed, the signals as they arrive."""
+    async def subscribe_signals(self) -> AsyncGenerator[Signal, None]:
+        """Subscribe to both channels; answers, once subscribed, the signals as they arrive.
+
+        The connection is given back when the iteration ends, however it ends (close it,
+        or let it raise)."""
         pubsub = self.redis.pubsub()
-        await pubsub.subscribe(self.keys.wake_channel, self.keys.cancel_channel)
+        try:
+            await pubsub.subscribe(self.keys.wake_channel, self.keys.cancel_channel)
+        except BaseException:
+            await pubsub.aclose()
+            raise
         return self._arrivals(pubsub)
 
-    async def _arrivals(self, pubsub: Any) -> AsyncIterator[Signal]:
+    async def _arrivals(self, pubsub: Any) -> AsyncGenerator[Signal, None]:
         cancel = self.keys.cancel_channel.encode()
-        async for message in pubsub.listen():
-            if message.get("type") != "message":
-                continue
-            if message["channel"] == cancel:
-                yield Signal("cancel", message["data"].decode())
-            else:
-                yield Signal("wake")
+        heard = pinged = time.monotonic()
+        try:
+            while True:
+                message = await pubsub.get_message(timeout=SIGNAL_READ_SECONDS)
+                now = time.monotonic()
+                if message is not None:
+                    heard = now
+                elif now - heard > SIGNAL_SILENCE_SECONDS:
+                    raise _TimeoutError(
+                        f"the signal subscription heard nothing for {SIGNAL_SILENCE_SECONDS:.0f}s"
+                    )
+                if now - pinged >= SIGNAL_PING_SECONDS:
+                    pinged = now
+                    await pubsub.ping(_PING)
+                if message is None or message.get("type") != "message":
+                    continue
+                if message["channel"] == cancel:
+                    yield Signal("cancel", message["data"].decode())
+                else:
+                    yield Signal("wake")
+        finally:
+            await pubsub.aclose()

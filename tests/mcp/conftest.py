@@ -86,9 +86,10 @@ class ApiProcess:
             return f.read()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def shared_api() -> Iterator[ApiProcess]:
-    """One API process for the tests that need nothing special of it."""
+    """One API process for the tests that need nothing special of it, gone after them: an
+    API is a sweeper candidate, and must not sweep the later packages' test executions."""
     api = ApiProcess(_redis_url())
     yield api
     api.stop()

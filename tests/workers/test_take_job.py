@@ -122,7 +122,8 @@ async def test_waiting_for_a_slot_holds_no_worker_and_makes_no_redis_traffic(
         assert await queue_of(engine) == []
         beside = await _commands_over(redis, 5.0)
         print(f"Redis commands in 5 s, 100 executions waiting on a slot: {beside}; none: {alone}")
-        assert beside <= alone + 10, (alone, beside)
+        # The two windows differ only by timing noise (a beat or a sweep more or less).
+        assert beside <= alone * 1.1 + 10, (alone, beside)
         assert {(await engine.get(w.id)).state for w in waiting} == {"queued"}
         await engine.cancel(holder.id)
         ended = [await engine.wait(w.id, 30_000) for w in waiting]
@@ -160,3 +161,16 @@ async def test_a_slot_freed_moves_the_oldest_waiting_execution_into_the_queue(
     # its terminal event freed the slot ...
     assert await queue_of(engine) == [second.id]  # ... and the oldest waiting one is back
     assert await engine.store.waiting_count("tests.serial") == 1
+
+
+async def test_a_job_taken_by_a_worker_that_died_before_starting_it_goes_back(
+    engine: Engine,
+) -> None:
+    snap = await engine.start("tests.noop", {})
+    assert isinstance(await take(engine, snap.id), int)  # ... and the taker dies here
+    assert await queue_of(engine) == []
+    assert await engine.store.requeue_taken(60_000) == 0  # not a lease old yet
+    await asyncio.sleep(0.05)
+    assert await engine.store.requeue_taken(10) == 1
+    assert await queue_of(engine) == [snap.id]
+    assert isinstance(await take(engine, snap.id), int)  # any worker can take it again

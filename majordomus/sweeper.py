@@ -1,0 +1,256 @@
+"""The sweeper: fails what dead workers held, forgets long-dead workers, prunes retention.
+
+Every worker and every API process runs a `Sweeper`, so sweeping does not depend on any
+worker being alive; at most one of them acts at a time. They elect it through Redis: the
+sweeper lock (`Keys.sweeper_lock`) is taken with SET NX PX by the first to try, renewed by
+its holder at every pass (and between batches of a long one), and released when it stops.
+A holder that dies without releasing it loses it `LOCK_SWEEPS` intervals after its last
+renewal, and the next candidate to try takes over.
+
+A pass of the holder reads the workers' set with each worker's lease and running count:
+two round trips of 1 + 2 * workers commands, the same with 10 or 10,000 running executions
+of live workers. A worker is dead when its lease key is gone. The lease expires on Redis's
+clock, so no machine's clock decides it; the last beat in the workers' set is the worker's
+own clock and only ages its presence out. A dead worker's executions, read from its running
+set, are failed `unavailable` ("the worker running it stopped") through `Store.append`,
+`FAIL_BATCH` at a time. The append refuses a move out of a final state, so an execution
+that finished meanwhile, or that a sweeper before it failed, is not failed again. A dead
+worker whose last beat is `PRESENCE_SECONDS` old is forgotten. About once a minute
+(`PRUNE_EVERY_SECONDS`) the holder also prunes finished executions past retention.
+
+This module decides nothing about a worker but by its lease, reruns nothing, and names no
+Redis command: it calls store methods only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Mapping
+
+import msgspec
+
+from majordomus.config import Settings
+from majordomus.errors import MajordomusError
+from majordomus.loops import Failures, stop_task
+from majordomus.registry import Registry
+from majordomus.store.clock import now_stamp
+from majordomus.store.executions import Store
+from majordomus.store.workers import PRESENCE_SECONDS
+
+log = logging.getLogger("majordomus.sweeper")
+
+WORKER_LOST = MajordomusError(
+    "unavailable",
+    "the worker running it stopped",
+    "start it again; if this repeats, look at the worker's host for crashes or OOM kills",
+)
+
+SWEEPS_PER_LEASE = 10
+"""A candidate tries for the lock, and its holder sweeps, every tenth of
+`MAJORDOMUS_LEASE_SECONDS` (1.5 s at the default 15 s)..."""
+SWEEP_MIN_SECONDS = 0.2
+"""...but not more often than this."""
+
+LOCK_SWEEPS = 5
+"""The lock lapses this many sweep intervals after its holder's last renewal (half the
+lease): a killed or stalled holder is replaced that soon, and a holder that misses four
+renewals in a row (a slow Redis) keeps it. A killed worker's own lease lapses a lease
+after its last beat, so its executions are failed within the lease plus one interval, even
+when it was the sweeper (its lock lapses sooner than its lease)."""
+
+FAIL_BATCH = 16
+"""Executions a pass fails at once (concurrent appends): below the API's pool of 32
+connections, so a big sweep never starves the requests the API serves meanwhile."""
+
+PRUNE_EVERY_SECONDS = 60.0
+"""How often the holder prunes finished executions past retention (`Store.prune`)."""
+
+RELEASE_SECONDS = 2.0
+"""How long a stopping sweeper tries to release the lock; past it the lock lapses."""
+
+SHOWN_IDS = 5
+"""Execution ids named in the one log line of a dead worker's sweep."""
+
+
+def sweep_interval(settings: Settings) -> float:
+    """Seconds between two tries (and two passes of the holder)."""
+    return max(SWEEP_MIN_SECONDS, settings.lease_seconds / SWEEPS_PER_LEASE)
+
+
+def concurrency_of(registry: Registry) -> dict[str, int]:
+    """Each capability's `max_concurrency`, for those that have one."""
+    return {c.id: c.max_concurrency for c in registry if c.max_concurrency}
+
+
+def lost_event(execution_id: str) -> bytes:
+    """The data of the `execution.failed` that ends an execution whose worker died."""
+    return b'{"error":' + msgspec.json.encode(WORKER_LOST.for_execution(execution_id)) + b"}"
+
+
+def _raise_if_cancelled() -> None:
+    """Honour a cancellation the Redis client lost. A cancel that lands while redis-py
+    reads a reply under its socket timeout can be dropped (seen with redis-py 5.3 on
+    Python 3.11: the command returns normally); the task still counts it as asked
+    (`Task.cancelling()`), so the loop stops at its next step instead of running on."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+class Sweeper:
+    """One process's candidacy for the cluster's one sweeper, and its passes when elected.
+
+    `run()` loops until cancelled (releasing the lock on the way out); `start()` and
+    `stop()` hold it as a task; `tick()` is one try and, if elected, one pass.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings,
+        holder: str,
+        concurrency: Mapping[str, int] | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.concurrency = dict(concurrency or {})
+        """The `max_concurrency` of each capability that has one: the queue's upkeep
+        promotes their waiting executions when a slot ran out without a terminal event."""
+        self.holder = f"{holder}:{secrets.token_hex(4)}"
+        """Who this candidate is in the lock's value: the process, and one token more,
+        so two candidates of one process never take each other's lock for their own."""
+        self.interval = sweep_interval(settings)
+        self.lock_ms = int(self.interval * LOCK_SWEEPS * 1000)
+        self.holding = False
+        self.failures = Failures(log, "the sweeper")
+        self._renewed_at = 0.0
+        self._pruned_at: float | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # -- life -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self.run(), name="majordomus-sweeper")
+
+    async def stop(self) -> None:
+        """Stop sweeping and release the lock (the caller's cancellation goes on up)."""
+        task, self._task = self._task, None
+        await stop_task(task, log)
+
+    async def run(self) -> None:
+        """Try, and sweep when elected, every interval until cancelled. A failure is said
+        once with its traceback and counted after (`Failures`); the next try waits at
+        least the interval, longer while the failures go on."""
+        try:
+            while True:
+                try:
+                    await self.tick()
+                except Exception as exc:  # noqa: BLE001  try again, backing off
+                    _raise_if_cancelled()
+                    self.failures.failed(exc)
+                    await asyncio.sleep(max(self.interval, self.failures.backoff()))
+                    continue
+                _raise_if_cancelled()
+                self.failures.recovered()
+                await asyncio.sleep(self.interval)
+        finally:
+            await self._release()
+
+    async def _release(self) -> None:
+        # Tried even when not holding: a take cut short by the cancel may have succeeded.
+        # Not releasing only delays the next holder by the lock's time: never worth a raise.
+        self.holding = False
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.store.release_sweeper_lock(self.holder), RELEASE_SECONDS)
+
+    # -- one try ----------------------------------------------------------------------
+
+    async def tick(self) -> int | None:
+        """Take or renew the lock; holding it, sweep once (and prune when due). Answers
+        how many executions were failed, or None when another process is the sweeper."""
+        self.holding = await self.store.hold_sweeper_lock(
+            self.holder, self.lock_ms, renew=self.holding
+        )
+        if not self.holding:
+            return None
+        self._renewed_at = time.monotonic()
+        failed = await self.sweep()
+        if not self.holding:
+            return failed
+        await self.upkeep()
+        now = time.monotonic()
+        if self._pruned_at is None or now - self._pruned_at >= PRUNE_EVERY_SECONDS:
+            self._pruned_at = now
+            pruned = await self.store.prune()
+            if pruned:
+                log.info("pruned %d finished executions past retention", pruned)
+        return failed
+
+    async def sweep(self) -> int:
+        """One pass: fail what dead workers held, forget the long dead. Answers how many
+        executions it failed."""
+        workers = await self.store.worker_leases()
+        dead = [w for w in workers if not w.lease_held]
+        if not dead:
+            return 0
+        holding = [w.id for w in dead if w.holds]
+        failed = 0
+        for worker_id, ids in zip(holding, await self.store.held_by(holding), strict=True):
+            failed += await self._fail_held(worker_id, ids)
+            if not self.holding:
+                return failed
+        cutoff_ms = now_stamp()[1] - PRESENCE_SECONDS * 1000
+        await self.store.forget_workers(
+            [w.id for w in dead if not w.holds and w.last_beat_ms < cutoff_ms]
+        )
+        return failed
+
+    async def upkeep(self) -> None:
+        """The queue's own repairs, one script each however long the queue: jobs taken a
+        lease ago by a worker that died before claiming them go back into the queue, and a
+        capability whose slot ran out without a terminal event (a holder's lease lapsed)
+        moves its oldest waiting executions into the queue."""
+        back = await self.store.requeue_taken(int(self.settings.lease_seconds * 1000))
+        if back:
+            log.warning("put back %d executions taken by a worker that stopped before starting them", back)
+        for capability, limit in self.concurrency.items():
+            await self.store.release_slot(capability, "", limit)
+
+    async def _fail_held(self, worker_id: str, execution_ids: list[str]) -> int:
+        failed: list[str] = []
+        for start in range(0, len(execution_ids), FAIL_BATCH):
+            if not await self._still_holding():
+                break
+            batch = execution_ids[start : start + FAIL_BATCH]
+            results = await asyncio.gather(
+                *(self.store.append(x, [("execution.failed", lost_event(x))]) for x in batch)
+            )
+            failed += [x for x, result in zip(batch, results, strict=True) if result.complete]
+            # The terminal event took the failed ones out of the set; this takes out those
+            # that had ended already, or that Redis no longer knows.
+            await self.store.let_go(worker_id, batch)
+        if failed:
+            shown = ", ".join(failed[:SHOWN_IDS])
+            more = f" and {len(failed) - SHOWN_IDS} more" if len(failed) > SHOWN_IDS else ""
+            log.warning(
+                "worker %s stopped renewing its lease: failed the %d executions it ran as "
+                "unavailable: %s%s",
+                worker_id,
+                len(failed),
+                shown,
+                more,
+            )
+        return len(failed)
+
+    async def _still_holding(self) -> bool:
+        """Renew the lock in a long pass, once an interval: a holder that lost it stops."""
+        if time.monotonic() - self._renewed_at < self.interval:
+            return self.holding
+        self.holding = await self.store.hold_sweeper_lock(self.holder, self.lock_ms, renew=True)
+        self._renewed_at = time.monotonic()
+        return self.holding
