@@ -169,13 +169,13 @@ async def _stop_worker(worker: Any, task: asyncio.Task[Any], settings: Settings)
             await runtime.cancel_all(by="server")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(worker.all_done(), settings.cancel_grace + 1)
+    # gather(return_exceptions=True) takes the children's cancellation as their result and
+    # lets a cancellation of this task itself go on up: it is never swallowed here.
     task.cancel()
-    with contextlib.suppress(BaseException):
-        await task
+    await asyncio.gather(task, return_exceptions=True)
     for t in worker.tasks.values():
         t.cancel()
-    with contextlib.suppress(BaseException):
-        await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
+    await asyncio.gather(*worker.tasks.values(), return_exceptions=True)
     if runtime is not None:
         with contextlib.suppress(Exception):
             await runtime.stop()

@@ -36,6 +36,9 @@ from majordomus.sweeper import Sweeper, concurrency_of
 
 log = logging.getLogger("majordomus.worker")
 
+SUBSCRIBE_WAIT_SECONDS = 10.0
+"""How long a starting worker waits for its signal subscription before it polls without."""
+
 LISTENER_RETRY_CAP_SECONDS = 1.0
 """The longest wait between two subscription attempts while Redis is away: wake-ups and
 cancels are heard again within a second of its return."""
@@ -78,14 +81,24 @@ class WorkerRuntime:
     # -- life -----------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self.beat()
+        """Announce the worker and start its loops. Redis away at this moment (a blip after
+        the start-up check) does not stop it: the loops retry as they always do."""
+        try:
+            await self.beat()
+        except Exception as exc:  # noqa: BLE001  the beat loop announces it when Redis answers
+            log.warning("the first beat failed (%s); it is retried with the next ones", exc)
         subscribed = asyncio.Event()
         self._tasks = [
             asyncio.create_task(self._listen(subscribed), name="majordomus-signals"),
             asyncio.create_task(self._beat_forever(), name="majordomus-lease"),
             asyncio.create_task(self._sweep_forever(), name="majordomus-sweeper"),
         ]
-        await asyncio.wait_for(subscribed.wait(), 10)
+        try:
+            await asyncio.wait_for(subscribed.wait(), SUBSCRIBE_WAIT_SECONDS)
+        except TimeoutError:
+            log.warning(
+                "not subscribed to signals after %.0fs; polling until it is", SUBSCRIBE_WAIT_SECONDS
+            )
 
     async def stop(self) -> None:
         for task in self._tasks:

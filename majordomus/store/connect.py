@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from typing import Any, cast
 
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
@@ -73,6 +74,14 @@ RETRY_BACKOFF_BASE_SECONDS = 0.05
 RETRY_BACKOFF_CAP_SECONDS = 1.0
 """Each retry waits a random time up to base * 2**attempt, at most the cap: at most about
 1.4 s over three retries, a blip and not an outage."""
+
+
+REACHABLE_PATIENCE_SECONDS = 5.0
+"""How long the start-up check of `serve` and `worker` keeps asking a silent Redis before
+the process stops with "unreachable"."""
+
+REACHABLE_RETRY_SECONDS = 0.25
+"""The pause between two asks of the start-up check."""
 
 
 def retry_policy() -> Retry:
@@ -156,14 +165,26 @@ def not_a_redis_url(url: str, exc: Exception) -> MajordomusError:
     )
 
 
-def check_reachable(url: str | None, timeout: float = 3.0) -> None:
+def check_reachable(
+    url: str | None, timeout: float = 3.0, patience: float = REACHABLE_PATIENCE_SECONDS
+) -> None:
     """Raise `invalid_input` (not a Redis URL) or `unavailable` (no answer) before a process
-    command starts serving on `url`; return quietly when Redis answers."""
+    command starts serving on `url`; return quietly when Redis answers. A Redis that does
+    not answer is asked again for up to `patience` seconds, so a blip at start-up (a
+    restart, a failover, a dropped connection) does not stop the process."""
 
     async def ping() -> None:
         client = connect(url, connect_timeout=timeout, socket_timeout=timeout)
+        deadline = time.monotonic() + patience
         try:
-            await client.ping()
+            while True:
+                try:
+                    await client.ping()
+                    return
+                except (_ConnectionError, _TimeoutError):
+                    if time.monotonic() >= deadline:
+                        raise
+                    await asyncio.sleep(REACHABLE_RETRY_SECONDS)
         finally:
             await client.aclose()
 

@@ -54,6 +54,9 @@ class Schedule:
         victim.kill()
         self.s.worker(max_jobs=30)
         self.done.append(f"kill {victim.name}, start another")
+        # The replacement reports itself before the schedule goes on: a later kill may
+        # choose it, and only a worker that said who it is can have its executions told apart.
+        await self.s.ready()
 
     async def cut_worker(self) -> None:
         victim = self.rng.choice(self.live_workers())
