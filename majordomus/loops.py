@@ -37,6 +37,9 @@ class Failures:
 
     `failed(exc)` after each failed attempt, `await pause()` before the next, and
     `recovered()` after one that worked (it says so only if there had been failures).
+    `first` and `cap` bound the backoff; `traceback=False` keeps the first line short, for
+    a loop of which there are many (one report writer per execution) whose outage the
+    process's own loops already show in full.
     """
 
     def __init__(

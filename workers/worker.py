@@ -98,7 +98,12 @@ class MajordomusWorker(Worker):
                 self.sem.release()
                 return
             self.job_counter += 1
-            score = await runtime.store.take_job(self.queue_name, job_id, in_progress_ms)
+            try:
+                score = await runtime.store.take_job(self.queue_name, job_id, in_progress_ms)
+            except BaseException:  # Redis away: give the slot back, the poll loop retries
+                self.job_counter -= 1
+                self.sem.release()
+                raise
             if not isinstance(score, int):  # taken elsewhere, stale, or waiting for a slot
                 self.job_counter -= 1
                 self.sem.release()

@@ -192,3 +192,22 @@ async def test_a_job_taken_by_a_worker_that_died_before_starting_it_goes_back(
     assert await engine.store.requeue_taken(10) == 1
     assert await queue_of(engine) == [snap.id]
     assert isinstance(await take(engine, snap.id), int)  # any worker can take it again
+
+
+async def test_a_take_cut_short_by_redis_gives_the_job_slot_back(worker: Any) -> None:
+    runtime = worker.ctx["majordomus"]
+    free = (worker.job_counter, worker.sem._value)
+
+    async def away(*_: Any) -> None:
+        raise ConnectionError("Redis went away")
+
+    runtime.store.take_job = away
+    try:
+        await worker.start_jobs([b"x-1"])
+    except ConnectionError:
+        pass
+    else:
+        raise AssertionError("the failure of the take reaches the poll loop, which retries")
+    finally:
+        del runtime.store.take_job
+    assert (worker.job_counter, worker.sem._value) == free
