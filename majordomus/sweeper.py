@@ -86,9 +86,15 @@ def concurrency_of(registry: Registry) -> dict[str, int]:
     return {c.id: c.max_concurrency for c in registry if c.max_concurrency}
 
 
+def failed_data(error: MajordomusError, execution_id: str) -> bytes:
+    """The data of an `execution.failed` ending an execution with `error` (the worker's
+    own ends and the sweeper's alike)."""
+    return b'{"error":' + msgspec.json.encode(error.for_execution(execution_id)) + b"}"
+
+
 def lost_event(execution_id: str) -> bytes:
     """The data of the `execution.failed` that ends an execution whose worker died."""
-    return b'{"error":' + msgspec.json.encode(WORKER_LOST.for_execution(execution_id)) + b"}"
+    return failed_data(WORKER_LOST, execution_id)
 
 
 def _raise_if_cancelled() -> None:

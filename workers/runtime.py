@@ -32,7 +32,7 @@ from majordomus.store.clock import now_stamp
 from majordomus.store.connect import RedisClient
 from majordomus.store.executions import encode
 from majordomus.store.workers import Presence
-from majordomus.sweeper import Sweeper, concurrency_of
+from majordomus.sweeper import Sweeper, concurrency_of, failed_data
 
 log = logging.getLogger("majordomus.worker")
 
@@ -42,13 +42,6 @@ SUBSCRIBE_WAIT_SECONDS = 10.0
 LISTENER_RETRY_CAP_SECONDS = 1.0
 """The longest wait between two subscription attempts while Redis is away: wake-ups and
 cancels are heard again within a second of its return."""
-
-WORKER_LOST = MajordomusError(
-    "unavailable",
-    "the worker running it stopped",
-    "start it again; if this repeats, look at the worker's host for crashes or OOM kills",
-)
-
 
 class Running:
     """One execution this worker is running."""
@@ -233,7 +226,7 @@ class WorkerRuntime:
         if cap is None:
             await self.store.append(
                 execution_id,
-                [("execution.failed", _failed(MajordomusError(
+                [("execution.failed", failed_data(MajordomusError(
                     "not_found",
                     f"no worker capability {capability_id!r}",
                     "load the module that declares it on the workers (MAJORDOMUS_CAPABILITIES)",
@@ -294,7 +287,7 @@ class WorkerRuntime:
         error = error_of(exc, execution_id)
         if error.code == "internal" and not isinstance(exc, MajordomusError):
             log.error("execution_id=%s failed", execution_id, exc_info=exc)
-        result = await ctx.finish("execution.failed", _failed(error, execution_id))
+        result = await ctx.finish("execution.failed", failed_data(error, execution_id))
         return result.state
 
     # -- stopping ---------------------------------------------------------------------
@@ -307,6 +300,3 @@ class WorkerRuntime:
             run.ctx.note_cancelling(by)
             self._on_cancel(execution_id, by)
 
-
-def _failed(error: MajordomusError, execution_id: str) -> bytes:
-    return b'{"error":' + encode(error.for_execution(execution_id)) + b"}"
