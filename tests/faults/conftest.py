@@ -48,7 +48,9 @@ from tests.conftest import ROOT, make_settings
 from tests.faults.proxy import FaultProxy
 from tests.faults.workload import REPORT, declare
 
-LEASE_SECONDS = 3.0
+LEASE_SECONDS = 5.0
+# 5 s, not 3: on a loaded 2-core CI machine a cut, a restart and a reconnect in a row can
+# silence a worker for over 3 s, which is a lapsed lease, not the fault under test.
 SWEEP_MARGIN = 2.0
 """A lost worker's executions must be final within the lease plus this."""
 CHILD_CAPABILITIES = "tests.capabilities,tests.faults.capabilities"
