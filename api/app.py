@@ -13,6 +13,8 @@ failed even when no worker is left.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -60,6 +62,10 @@ class ProbeStatus(msgspec.Struct, omit_defaults=True):
     listeners: int
     channels: int
     workers: int | UnsetType = UNSET
+
+
+STOP_SECONDS = 3.0
+"""How long the API waits for its sweeper and its feed reader to stop when it shuts down."""
 
 
 def client_name() -> str:
@@ -268,8 +274,12 @@ def create_app(
                     await stack.enter_async_context(mcp.lifespan())
                 yield
         finally:
-            await sweeper.stop()
-            await hub.stop()
+            # Bounded: a stop that hangs (redis-py can lose a cancel that lands mid-command)
+            # must not keep the API from exiting; an unreleased lock lapses by itself.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(sweeper.stop(), STOP_SECONDS)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(hub.stop(), STOP_SECONDS)
             if owns_redis:
                 await engine.aclose()
 
