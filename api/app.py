@@ -13,8 +13,6 @@ failed even when no worker is left.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -43,6 +41,7 @@ from majordomus.config import LIMITS, Settings
 from majordomus.engine import LIVE_PATH, Engine
 from majordomus.errors import MajordomusError, invalid_input
 from majordomus.loading import load_capabilities
+from majordomus.loops import within
 from majordomus.registry import Capability
 from majordomus.schemas import coerce_strings
 from majordomus.store.connect import api_client
@@ -276,10 +275,8 @@ def create_app(
         finally:
             # Bounded: a stop that hangs (redis-py can lose a cancel that lands mid-command)
             # must not keep the API from exiting; an unreleased lock lapses by itself.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(sweeper.stop(), STOP_SECONDS)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(hub.stop(), STOP_SECONDS)
+            await within(STOP_SECONDS, sweeper.stop())
+            await within(STOP_SECONDS, hub.stop())
             if owns_redis:
                 await engine.aclose()
 

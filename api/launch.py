@@ -27,6 +27,7 @@ from api.live import FeedHub
 from majordomus.config import Settings, shown_url
 from majordomus.engine import LIVE_PATH, Engine
 from majordomus.loading import load_capabilities
+from majordomus.loops import within
 from majordomus.store.connect import DEFAULT_URL
 from majordomus.store.embedded import DevRedis
 
@@ -167,8 +168,7 @@ async def _stop_worker(worker: Any, task: asyncio.Task[Any], settings: Settings)
     if runtime is not None and runtime.running:
         with contextlib.suppress(Exception):
             await runtime.cancel_all(by="server")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(worker.all_done(), settings.cancel_grace + 1)
+        await within(settings.cancel_grace + 1, worker.all_done())
     # gather(return_exceptions=True) takes the children's cancellation as their result and
     # lets a cancellation of this task itself go on up: it is never swallowed here.
     task.cancel()

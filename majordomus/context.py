@@ -37,7 +37,7 @@ import msgspec
 
 from majordomus.config import LIMITS
 from majordomus.errors import MajordomusError
-from majordomus.loops import Failures
+from majordomus.loops import Failures, within
 from majordomus.model import (
     ExecutionDiagnostic,
     LogData,
@@ -570,10 +570,7 @@ class ExecutionContext(Context):
         if seconds <= 0:
             await asyncio.sleep(0)
             return
-        try:
-            await asyncio.wait_for(self._cancel.wait(), seconds)
-        except TimeoutError:
-            pass
+        await within(seconds, self._cancel.wait())
 
 
 def _loss_diagnostic(count: int, kept_seconds: float) -> bytes:

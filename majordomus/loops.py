@@ -17,6 +17,7 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from majordomus.store.failures import UNREACHABLE
@@ -30,6 +31,9 @@ BACKOFF_FIRST_SECONDS = 0.1
 BACKOFF_CAP_SECONDS = 2.0
 """The longest wait between two attempts, however long the failures go on (a loop that
 matters sooner passes a smaller cap)."""
+
+RECANCEL_SECONDS = 0.5
+"""How long `stop_task` waits for a cancelled task to end before cancelling it again."""
 
 
 class Failures:
@@ -125,26 +129,43 @@ def _text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+async def within(seconds: float | None, awaitable: Awaitable[Any]) -> bool:
+    """Await `awaitable` for at most `seconds` (None: no bound): True when it ended in time,
+    False when the time ran out (it is cancelled then).
+
+    What `asyncio.wait_for` is for, with the caller's cancel kept: on Python 3.11 `wait_for`
+    returns the result of an awaitable done as the cancel landed and drops the cancel (an
+    event set by the very task being stopped, a write completing), and the loop cancelled
+    goes on. Every bounded wait of the project's code is this one (tests/test_layout.py).
+    """
+    try:
+        async with asyncio.timeout(seconds):
+            await awaitable
+    except TimeoutError:
+        return False
+    return True
+
+
 async def stop_task(task: asyncio.Task[Any] | None, log: logging.Logger | None = None) -> None:
     """Cancel `task` (a child of the caller) and wait until it has ended.
 
-    The child's own cancellation is what was asked for and ends quietly; a failure it
-    ended with is logged, not raised. The caller's cancellation is never swallowed: if
-    the caller is cancelled while it waits, `CancelledError` goes on up. (A caller already
-    being cancelled, stopping its children in a `finally`, gets its own cancellation
-    back when that block ends, as always.)
+    The cancel is repeated every `RECANCEL_SECONDS` until the child ends, because a library
+    can lose one (Python 3.11's `asyncio.wait_for`, see `within`; redis-py 5.3 used it for
+    every write until `majordomus.store.connect` wrote otherwise), and a loop that lost its
+    cancel goes on as if nothing had been asked. The child's own cancellation is what was asked for and ends quietly; a
+    failure it ended with is logged, not raised. The caller's cancellation is never
+    swallowed: if the caller is cancelled while it waits, `CancelledError` goes on up (the
+    child was asked to stop all the same).
     """
     if task is None:
         return
-    me = asyncio.current_task()
-    cancels_before = me.cancelling() if me is not None else 0
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        if me is not None and me.cancelling() > cancels_before:
-            raise
-    except Exception:
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=RECANCEL_SECONDS)
+    if task.cancelled():
+        return
+    failure = task.exception()
+    if failure is not None:
         (log or logging.getLogger("majordomus")).warning(
-            "task %s ended with a failure while stopping", task.get_name(), exc_info=True
+            "task %s ended with a failure while stopping", task.get_name(), exc_info=failure
         )

@@ -35,7 +35,7 @@ import msgspec
 
 from majordomus.config import Settings
 from majordomus.errors import MajordomusError
-from majordomus.loops import Failures, stop_task
+from majordomus.loops import Failures, stop_task, within
 from majordomus.registry import Registry
 from majordomus.store.clock import now_stamp
 from majordomus.store.executions import Store
@@ -172,7 +172,7 @@ class Sweeper:
         # Not releasing only delays the next holder by the lock's time: never worth a raise.
         self.holding = False
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.store.release_sweeper_lock(self.holder), RELEASE_SECONDS)
+            await within(RELEASE_SECONDS, self.store.release_sweeper_lock(self.holder))
 
     # -- one try ----------------------------------------------------------------------
 

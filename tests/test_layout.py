@@ -10,7 +10,8 @@ suite with the module and line that did it:
   the CLI; only `majordomus/store/` knows arq's key names and job format;
 - the store imports none of the layers above it (engine, context, registry, built-ins);
 - the surfaces meet only where the process commands are wired
-  (`majordomus/cli/processes.py`, and `api/launch.py`, which runs a worker in `dev`).
+  (`majordomus/cli/processes.py`, and `api/launch.py`, which runs a worker in `dev`);
+- no bounded wait can drop the caller's cancel (no `asyncio.wait_for`).
 """
 
 from __future__ import annotations
@@ -154,3 +155,20 @@ def test_every_package_folder_is_a_package() -> None:
     """A plain `pip install .` (the Docker image) ships only folders with an `__init__.py`."""
     folders = {p.parent for p in _modules()}
     assert sorted(_rel(f) for f in folders if not (f / "__init__.py").exists()) == []
+
+
+def test_no_bounded_wait_can_drop_a_cancel() -> None:
+    """`asyncio.wait_for` on Python 3.11 drops a cancel that lands as its awaitable ends, and
+    the loop being stopped goes on (the worker's poll loop did, woken by the very job its
+    stop cancelled): every bounded wait is `majordomus.loops.within` instead."""
+    found = [
+        f"{_rel(path)}:{node.lineno} calls asyncio.wait_for(): use majordomus.loops.within"
+        for path in _modules()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "wait_for"
+        and isinstance(node.func.value, ast.Name)
+        and node.func.value.id == "asyncio"
+    ]
+    assert found == []

@@ -25,7 +25,7 @@ from majordomus.config import Settings
 from majordomus.context import ExecutionCancelled, ExecutionContext, error_of
 from majordomus.engine import Engine, call_handler
 from majordomus.errors import MajordomusError
-from majordomus.loops import Failures, stop_task
+from majordomus.loops import Failures, stop_task, within
 from majordomus.registry import Registry
 from majordomus.states import FINAL
 from majordomus.store.clock import now_stamp
@@ -86,9 +86,7 @@ class WorkerRuntime:
             asyncio.create_task(self._beat_forever(), name="majordomus-lease"),
             asyncio.create_task(self._sweep_forever(), name="majordomus-sweeper"),
         ]
-        try:
-            await asyncio.wait_for(subscribed.wait(), SUBSCRIBE_WAIT_SECONDS)
-        except TimeoutError:
+        if not await within(SUBSCRIBE_WAIT_SECONDS, subscribed.wait()):
             log.warning(
                 "not subscribed to signals after %.0fs; polling until it is", SUBSCRIBE_WAIT_SECONDS
             )

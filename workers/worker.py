@@ -11,7 +11,6 @@ executions finish for `MAJORDOMUS_SHUTDOWN_GRACE`, then cancels them (`by: "serv
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import signal
 import time
@@ -20,7 +19,7 @@ from typing import Any
 from arq.connections import create_pool
 from arq.worker import Worker
 
-from majordomus.loops import Failures
+from majordomus.loops import Failures, within
 from workers.runtime import WorkerRuntime
 
 log = logging.getLogger("majordomus.worker")
@@ -64,8 +63,7 @@ class MajordomusWorker(Worker):
                 timeout = failures.backoff()
             else:
                 failures.recovered()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(runtime.wake.wait(), timeout)
+            await within(timeout, runtime.wake.wait())
 
     async def _next_wait(self, runtime: WorkerRuntime, fallback: float) -> float:
         """Until the next deferred job is due, or the fallback; never a busy loop."""
@@ -132,13 +130,11 @@ class MajordomusWorker(Worker):
     async def _stop_gracefully(self, sig: signal.Signals) -> None:
         runtime = self.runtime
         grace = runtime.settings.shutdown_grace if runtime else 0.0
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.all_done(), grace)
+        await within(grace, self.all_done())
         if runtime is not None and runtime.running:
             log.info("grace over: cancelling %d executions", len(runtime.running))
             await runtime.cancel_all(by="server")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.all_done(), runtime.settings.cancel_grace + 1)
+            await within(runtime.settings.cancel_grace + 1, self.all_done())
         for task in self.tasks.values():
             if not task.done():
                 task.cancel()

@@ -25,7 +25,7 @@ from api.live.sse import sse_event
 from majordomus.config import LIMITS, Settings
 from majordomus.engine import Engine
 from majordomus.errors import unavailable
-from majordomus.loops import Failures, stop_task
+from majordomus.loops import Failures, stop_task, within
 from majordomus.model import TERMINAL_EVENT_TYPES
 from majordomus.states import FINAL
 
@@ -276,12 +276,8 @@ class FeedHub:
         """Wait (bounded) until the reader has its cursor; `unavailable` if Redis is away."""
         if self.started.is_set():
             return
-        try:
-            await asyncio.wait_for(self.started.wait(), HUB_START_WAIT)
-        except TimeoutError:
-            raise unavailable(
-                "the live channel cannot reach Redis yet", "try again shortly"
-            ) from None
+        if not await within(HUB_START_WAIT, self.started.wait()):
+            raise unavailable("the live channel cannot reach Redis yet", "try again shortly")
 
     async def read_after(self, execution_id: str, after: int, block_ms: int) -> list[bytes]:
         """`Engine.follow` for `executions.wait`: the events after `after`, waiting on the hub

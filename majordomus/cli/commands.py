@@ -39,6 +39,7 @@ from majordomus.engine import Engine
 from majordomus.errors import EXIT_CODE, ExecutionError, MajordomusError, invalid_input, refused
 from majordomus.ids import require_execution_id
 from majordomus.loading import load_capabilities
+from majordomus.loops import within
 from majordomus.model import CancelOutput, ExecutionSnapshot
 from majordomus.registry import Capability, Registry
 from majordomus.schemas import coerce_strings
@@ -596,8 +597,7 @@ async def watch(
         loop.add_signal_handler(signal.SIGINT, stop.set)
 
     async def pause() -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every)
+        await within(every, stop.wait())
 
     try:
         if fmt is Format.json or not console.is_terminal:

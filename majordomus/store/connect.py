@@ -22,9 +22,16 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from collections.abc import Iterable
 from typing import Any, cast
 
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio.connection import (
+    AbstractConnection,
+    Connection,
+    SSLConnection,
+    UnixDomainSocketConnection,
+)
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as _ConnectionError
@@ -92,6 +99,64 @@ def retry_policy() -> Retry:
     return Retry(backoff, RETRIES, (_ConnectionError, _TimeoutError))
 
 
+class _CancelSafeWrites(AbstractConnection):
+    """A connection whose writes keep the caller's cancel.
+
+    redis-py 5.3 bounds each write with `asyncio.wait_for`, which on Python 3.11 returns the
+    result of a write that completed as the cancel landed and drops the cancel (fixed in
+    3.12): a loop stopped mid-command then goes on as if nothing had been asked, and a
+    process waits on it for ever. This is redis-py's `send_packed_command` (5.3.1, fingerprinted
+    in tests/majordomus/test_connect.py) with the write bounded by `asyncio.timeout`
+    instead, which keeps the cancel; everything else is redis-py's.
+    """
+
+    async def send_packed_command(
+        self, command: str | bytes | Iterable[bytes], check_health: bool = True
+    ) -> None:
+        if not self.is_connected:
+            await self.connect()
+        elif check_health:
+            await self.check_health()
+        try:
+            if isinstance(command, str):
+                command = command.encode()
+            if isinstance(command, bytes):
+                command = [command]
+            async with asyncio.timeout(self.socket_timeout or None):
+                await self._send_packed_command(command)
+        except TimeoutError:
+            await self.disconnect(nowait=True)
+            raise _TimeoutError("Timeout writing to socket") from None
+        except OSError as e:
+            await self.disconnect(nowait=True)
+            err_no, errmsg = ("UNKNOWN", e.args[0]) if len(e.args) == 1 else e.args[:2]
+            raise _ConnectionError(f"Error {err_no} while writing to socket. {errmsg}.") from e
+        except BaseException:
+            # A write cut short leaves the connection in an unknown state: redis-py's rule.
+            await self.disconnect(nowait=True)
+            raise
+
+
+class _TcpConnection(_CancelSafeWrites, Connection):
+    pass
+
+
+class _TlsConnection(_CancelSafeWrites, SSLConnection):
+    pass
+
+
+class _UnixConnection(_CancelSafeWrites, UnixDomainSocketConnection):
+    pass
+
+
+CANCEL_SAFE: dict[type[AbstractConnection], type[AbstractConnection]] = {
+    Connection: _TcpConnection,
+    SSLConnection: _TlsConnection,
+    UnixDomainSocketConnection: _UnixConnection,
+}
+"""redis-py's connection class for each URL scheme, and ours in its place."""
+
+
 def _keepalive_options() -> dict[int, int]:
     """The keepalive timings, where the platform names them (Linux does; macOS has some)."""
     wanted = {
@@ -144,6 +209,7 @@ def connect(
             pool = pool_class.from_url(url or DEFAULT_URL, **options)
         except ValueError as exc:
             raise not_a_redis_url(url or DEFAULT_URL, exc) from None
+        pool.connection_class = CANCEL_SAFE.get(pool.connection_class, pool.connection_class)
     if arq:
         from arq.connections import ArqRedis
 

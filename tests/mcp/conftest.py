@@ -79,7 +79,14 @@ class ApiProcess:
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20) -> int:
         if self.process.poll() is None:
             self.process.send_signal(sig)
-        return self.process.wait(timeout)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise AssertionError(
+                f"the API did not stop within {timeout:g} s of signal {sig}:\n{self.output()}"
+            ) from None
 
     def output(self) -> str:
         with open(self.log.name, errors="replace") as f:

@@ -140,8 +140,9 @@ async def test_waiting_for_a_slot_holds_no_worker_and_makes_no_redis_traffic(
         assert await queue_of(engine) == []
         beside = await _commands_over(redis, 5.0)
         print(f"Redis commands in 5 s, 100 executions waiting on a slot: {beside}; none: {alone}")
-        # The two windows differ only by timing noise (a beat or a sweep more or less).
-        assert beside <= alone * 1.1 + 10, (alone, beside)
+        # The two windows differ only by noise (a beat, a sweep or the minutely prune more
+        # or less): waiting that cost traffic would show as thousands more.
+        assert beside <= alone * 1.5 + 50, (alone, beside)
         assert {(await engine.get(w.id)).state for w in waiting} == {"queued"}
         await engine.cancel(holder.id)
         ended = [await engine.wait(w.id, 30_000) for w in waiting]
