@@ -340,6 +340,7 @@ class ExecutionContext(Context):
                     self._scheduled = False
                     self._wake()
                     return
+            began = time.monotonic()
             try:
                 written = await self._written_already(batch) if uncertain else None
                 uncertain = False
@@ -347,11 +348,11 @@ class ExecutionContext(Context):
                     self._failures.recovered()
                     self._settle(batch, written, seen_in_stream=True)
                     continue
-                result = await self.store.append(self.execution_id, batch.events)
+                result = await self.store.append(self.execution_id, batch.events, once=True)
             except UNREACHABLE as exc:
                 uncertain = True
                 self._failures.failed(exc)
-                self._give_up_if_outage_outlasted()
+                self._give_up_if_outage_outlasted(began)
                 await self._failures.pause()
                 continue
             except Exception as exc:  # noqa: BLE001  Redis refused the batch: it cannot be written
@@ -462,11 +463,12 @@ class ExecutionContext(Context):
                 self._error = exc
             self._wake()
 
-    def _give_up_if_outage_outlasted(self) -> None:
+    def _give_up_if_outage_outlasted(self, began: float) -> None:
+        """`began`: when the failed attempt was made (the client's retries take a while),
+        so the outage is counted from its first failing attempt."""
         now = time.monotonic()
         if self._kept_since is None:
-            self._kept_since = now
-            return
+            self._kept_since = began
         if now - self._kept_since < self.kept_seconds:
             return
         self._kept_since = now

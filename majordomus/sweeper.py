@@ -37,6 +37,7 @@ from majordomus.config import Settings
 from majordomus.errors import MajordomusError
 from majordomus.loops import Failures, stop_task, within
 from majordomus.registry import Registry
+from majordomus.states import FINAL
 from majordomus.store.clock import now_stamp
 from majordomus.store.executions import Store
 from majordomus.store.workers import PRESENCE_SECONDS
@@ -234,12 +235,24 @@ class Sweeper:
                 break
             batch = execution_ids[start : start + FAIL_BATCH]
             results = await asyncio.gather(
-                *(self.store.append(x, [("execution.failed", lost_event(x))]) for x in batch)
+                *(
+                    self.store.append(x, [("execution.failed", lost_event(x))], if_lapsed=worker_id)
+                    for x in batch
+                )
             )
             failed += [x for x, result in zip(batch, results, strict=True) if result.complete]
             # The terminal event took the failed ones out of the set; this takes out those
-            # that had ended already, or that Redis no longer knows.
-            await self.store.let_go(worker_id, batch)
+            # that had ended already, or that Redis no longer knows. One refused while still
+            # running means the worker renewed its lease meanwhile: it keeps the rest.
+            gone = [
+                x
+                for x, result in zip(batch, results, strict=True)
+                if not result.complete and (not result.found or result.state in FINAL)
+            ]
+            await self.store.let_go(worker_id, gone)
+            if any(not r.complete and r.found and r.state not in FINAL for r in results):
+                log.info("worker %s renewed its lease while being swept: it keeps the rest", worker_id)
+                break
         if failed:
             shown = ", ".join(failed[:SHOWN_IDS])
             more = f" and {len(failed) - SHOWN_IDS} more" if len(failed) > SHOWN_IDS else ""

@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from typing import Any
 
 import msgspec
@@ -70,6 +71,8 @@ class WorkerRuntime:
         self._tasks: list[asyncio.Task[None]] = []
         self._forgotten: list[str] = []
         """Executions Redis no longer knew, not yet said in the log (the beat says them once)."""
+        self.beat_ok_at: float | None = None
+        """When the lease was last renewed (`time.monotonic()`), None before the first beat."""
 
     # -- life -----------------------------------------------------------------------
 
@@ -154,9 +157,19 @@ class WorkerRuntime:
             "last_beat_ms": ms,
             "accepting": int(self.accepting),
         }
+        sent_at = time.monotonic()
         await self.store.beat(self.worker_id, presence, ms, lease_ms)
+        self.beat_ok_at = sent_at
         held = [(r.capability, i) for i, r in self.running.items() if r.slot]
         await self.store.renew_slots(held)
+
+    @property
+    def lease_in_doubt(self) -> bool:
+        """Whether a beat is overdue (Redis was away): the lease may have lapsed, and the
+        sweeper fails what a lapsed worker claims, so no work is taken until a beat lands."""
+        if self.beat_ok_at is None:
+            return True
+        return time.monotonic() - self.beat_ok_at > self.settings.lease_seconds * 2 / 5
 
     async def _beat_forever(self) -> None:
         """Beat every fifth of the lease; after a failure, again as soon as Redis answers

@@ -50,6 +50,8 @@ class MajordomusWorker(Worker):
         while True:
             runtime.wake.clear()
             try:
+                if runtime.lease_in_doubt:  # back from an outage: renew before taking work
+                    await runtime.beat()
                 await self._poll_iteration()
                 if (
                     self.burst

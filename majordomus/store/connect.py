@@ -99,16 +99,35 @@ def retry_policy() -> Retry:
     return Retry(backoff, RETRIES, (_ConnectionError, _TimeoutError))
 
 
-class _CancelSafeWrites(AbstractConnection):
-    """A connection whose writes keep the caller's cancel.
+class _Sturdy(AbstractConnection):
+    """redis-py's connection, with two gaps of redis-py 5.3 closed.
 
-    redis-py 5.3 bounds each write with `asyncio.wait_for`, which on Python 3.11 returns the
-    result of a write that completed as the cancel landed and drops the cancel (fixed in
-    3.12): a loop stopped mid-command then goes on as if nothing had been asked, and a
-    process waits on it for ever. This is redis-py's `send_packed_command` (5.3.1, fingerprinted
-    in tests/majordomus/test_connect.py) with the write bounded by `asyncio.timeout`
-    instead, which keeps the cancel; everything else is redis-py's.
+    - Writes keep the caller's cancel. redis-py bounds each write with `asyncio.wait_for`,
+      which on Python 3.11 returns the result of a write that completed as the cancel
+      landed and drops the cancel (fixed in 3.12): a loop stopped mid-command then goes on
+      as if nothing had been asked, and a process waits on it for ever. `send_packed_command`
+      is redis-py's (5.3.1, fingerprinted in tests/majordomus/test_connect.py) with the write
+      bounded by `asyncio.timeout`, which keeps the cancel.
+    - The handshake of a new connection (`CLIENT SETNAME`, `SELECT`, `AUTH`) is retried like
+      a command. redis-py retries the socket's connect and the command, but a connection
+      that breaks during its handshake (a server restarting, a lost answer) failed the
+      command it was opened for at once, outside every retry.
     """
+
+    async def on_connect(self) -> None:
+        await self.retry.call_with_retry(self._handshake, lambda _: self.disconnect())
+
+    async def _handshake(self) -> None:
+        if not self.is_connected:  # the last try's connection broke: a new one
+            try:
+                await self._connect()
+            except (TimeoutError, OSError) as exc:  # as redis-py's `connect` words them
+                raise (
+                    _TimeoutError("Timeout connecting to server")
+                    if isinstance(exc, TimeoutError)
+                    else _ConnectionError(self._error_message(exc))
+                ) from exc
+        await super().on_connect()
 
     async def send_packed_command(
         self, command: str | bytes | Iterable[bytes], check_health: bool = True
@@ -137,19 +156,19 @@ class _CancelSafeWrites(AbstractConnection):
             raise
 
 
-class _TcpConnection(_CancelSafeWrites, Connection):
+class _TcpConnection(_Sturdy, Connection):
     pass
 
 
-class _TlsConnection(_CancelSafeWrites, SSLConnection):
+class _TlsConnection(_Sturdy, SSLConnection):
     pass
 
 
-class _UnixConnection(_CancelSafeWrites, UnixDomainSocketConnection):
+class _UnixConnection(_Sturdy, UnixDomainSocketConnection):
     pass
 
 
-CANCEL_SAFE: dict[type[AbstractConnection], type[AbstractConnection]] = {
+STURDY: dict[type[AbstractConnection], type[AbstractConnection]] = {
     Connection: _TcpConnection,
     SSLConnection: _TlsConnection,
     UnixDomainSocketConnection: _UnixConnection,
@@ -209,7 +228,7 @@ def connect(
             pool = pool_class.from_url(url or DEFAULT_URL, **options)
         except ValueError as exc:
             raise not_a_redis_url(url or DEFAULT_URL, exc) from None
-        pool.connection_class = CANCEL_SAFE.get(pool.connection_class, pool.connection_class)
+        pool.connection_class = STURDY.get(pool.connection_class, pool.connection_class)
     if arq:
         from arq.connections import ArqRedis
 

@@ -12,6 +12,8 @@ What is not about executions lives there, not here.
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +61,12 @@ class ExecutionStore(StoreBase):
         super().__init__(redis, settings)
         self._append = self.script("append.lua")
         self._create = self.script("create.lua")
+        self._token_prefix = os.urandom(6).hex()
+        self._tokens = itertools.count(1)
+
+    def next_token(self) -> str:
+        """A token no other append of any process carries (a random prefix and a count)."""
+        return f"{self._token_prefix}.{next(self._tokens)}"
 
     # -- writes -------------------------------------------------------------------------
 
@@ -120,6 +128,8 @@ class ExecutionStore(StoreBase):
         events: Sequence[EventWrite],
         worker: str | None,
         read_secret: bool = False,
+        token: str | None = None,
+        lapsed: str | None = None,
     ) -> tuple[list[str], list[Any]]:
         k = self.keys
         stamp, ms = now_stamp()
@@ -151,6 +161,8 @@ class ExecutionStore(StoreBase):
             k.prefix,
             k.wake_channel,
             LIMITS.steps,
+            token or "",
+            k.lease(lapsed) if lapsed else "",
         ]
         for event_type, data in events:
             args.append(event_type)
@@ -158,17 +170,39 @@ class ExecutionStore(StoreBase):
         return keys, args
 
     async def append(
-        self, execution_id: str, events: Sequence[EventWrite], worker: str | None = None
+        self,
+        execution_id: str,
+        events: Sequence[EventWrite],
+        worker: str | None = None,
+        *,
+        once: bool = False,
+        if_lapsed: str | None = None,
     ) -> AppendResult:
-        """Append events in order, in one atomic step; stops at the first refused one."""
-        keys, args = self._append_call(execution_id, events, worker)
+        """Append events in order, in one atomic step; stops at the first refused one.
+
+        `once`: the append is tokened (append.lua), so a send the client repeats after a
+        lost answer is answered as the first and changes nothing. The writers of one
+        execution's reports and claim pass it (they write its non-state events, which
+        nothing else would refuse twice); the token kept is the last one of those.
+        `if_lapsed`: a worker id; nothing is appended (the answer is a refusal) while that
+        worker's lease holds, checked in the same atomic step (the sweeper's failures).
+        """
+        token = self.next_token() if once else None
+        keys, args = self._append_call(
+            execution_id, events, worker, token=token, lapsed=if_lapsed
+        )
         raw = await self._append(keys=keys, args=args)
         return _append_result(raw, len(events))
 
     async def claim(self, execution_id: str, worker: str) -> tuple[AppendResult, bytes | None]:
-        """Move queued -> running for this worker and read the worker-only input, in one trip."""
+        """Move queued -> running for this worker and read the worker-only input, in one trip
+        (tokened like `append(once=True)`: a repeated send is not refused as a second claim)."""
         keys, args = self._append_call(
-            execution_id, [("execution.started", b"")], worker, read_secret=True
+            execution_id,
+            [("execution.started", b"")],
+            worker,
+            read_secret=True,
+            token=self.next_token(),
         )
         raw = await self._append(keys=keys, args=args)
         secret = raw[4] if len(raw) > 4 else None

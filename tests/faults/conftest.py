@@ -615,6 +615,9 @@ def _report_gaps(snap: Any, events: list[dict[str, Any]]) -> list[str]:
     progress = [e["data"]["current"] for e in events if e["type"] == "execution.progress"]
     if started == want and done == want and progress == list(range(1, steps + 1)):
         return []
+    doubled = sorted(n for n, c in Counter(started + done).items() if c > 2 or started.count(n) > 1)
+    if doubled or len(progress) > len(set(progress)):
+        return [f"reports doubled: steps {doubled[:6]}, progress {progress[:12]}"]
     return [
         f"reports lost: of the {steps} steps the handler reported, the history has "
         f"{len(started)} started, {len(done)} completed, {len(progress)} progress "

@@ -9,6 +9,9 @@ stall the traffic it forwards. The faults:
 - `refuse()`: a new connection is reset as soon as it is accepted, until `restore()`;
 - `delay(seconds)`: each chunk is held `seconds` before it is passed on, in each direction
   (latency, not a bandwidth cap: chunks in flight overlap);
+- `lose_answers(share)`: that share of the chunks coming back from the target is dropped,
+  and the connection reset, after the request went through: the command was carried
+  out and its answer lost, the fault a client that sends a command again must survive;
 - `restore()`: no fault; connections made from now on pass.
 
 A refused connection is accepted and reset rather than the port closed: the port stays
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import socket
 import struct
 import threading
@@ -38,6 +42,10 @@ class FaultProxy:
         self.name = name or f"proxy->{target_port}"
         self.refusing = False
         self.latency = 0.0
+        self.answer_loss = 0.0
+        self.answers_lost = 0
+        """Answers dropped so far by `lose_answers`."""
+        self._rng = random.Random()
         self.accepted = 0
         """Connections accepted so far (refused ones included)."""
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
@@ -75,10 +83,17 @@ class FaultProxy:
         """Hold each chunk `seconds` in each direction (connections open later too)."""
         self.latency = max(0.0, seconds)
 
+    def lose_answers(self, share: float, seed: int | None = None) -> None:
+        """Drop `share` of the answers coming back (and reset their connection)."""
+        if seed is not None:
+            self._rng.seed(seed)
+        self.answer_loss = min(1.0, max(0.0, share))
+
     def restore(self) -> None:
-        """No fault any more: new connections pass, without added latency."""
+        """No fault any more: new connections pass, without added latency or losses."""
         self.refusing = False
         self.latency = 0.0
+        self.answer_loss = 0.0
 
     def outage(self) -> None:
         """Refuse, then cut: the process loses Redis and cannot reconnect until restored."""
@@ -124,15 +139,20 @@ class FaultProxy:
         self._pairs.add(pair)
         try:
             await asyncio.gather(
-                self._pump(reader, up_writer), self._pump(up_reader, writer), return_exceptions=True
+                self._pump(reader, up_writer),
+                self._pump(up_reader, writer, answers=True),
+                return_exceptions=True,
             )
         finally:
             self._pairs.discard(pair)
             _reset(writer)
             _reset(up_writer)
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Copy one direction; with latency, a sender task passes each chunk on when due."""
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answers: bool = False
+    ) -> None:
+        """Copy one direction; with latency, a sender task passes each chunk on when due.
+        `answers`: this is the target's side, whose chunks `lose_answers` may drop."""
         held: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
         sender = asyncio.create_task(self._send_when_due(held, writer))
         try:
@@ -140,6 +160,9 @@ class FaultProxy:
                 data = await reader.read(CHUNK_BYTES)
                 if not data:
                     break
+                if answers and self.answer_loss and self._rng.random() < self.answer_loss:
+                    self.answers_lost += 1
+                    break  # dropped: the finally resets the client's side
                 await held.put((time.monotonic() + self.latency, data))
                 if sender.done():
                     break

@@ -1,6 +1,7 @@
 """The fault proxy itself, with a real Redis client through it: a cut breaks the open
 connection, refusing keeps it broken, restoring lets the client back, and a delay is there
-to measure. The scenarios rely on exactly these four behaviours."""
+to measure, and a lost answer is a command carried out. The scenarios rely on exactly these
+five behaviours."""
 
 from __future__ import annotations
 
@@ -138,3 +139,21 @@ def test_proxies_are_independent(server: RedisServer) -> None:
     finally:
         one.close()
         two.close()
+
+
+def test_a_lost_answer_means_the_command_was_carried_out(
+    proxy: FaultProxy, server: RedisServer
+) -> None:
+    direct = redis.Redis(port=server.port)
+    direct.delete("lost")
+    client = client_of(proxy)
+    client.ping()
+    proxy.lose_answers(1.0)
+    with pytest.raises(redis.ConnectionError):
+        client.incr("lost")
+    assert direct.get("lost") == b"1"  # done, though its client never heard so
+    assert proxy.answers_lost == 1
+    proxy.restore()
+    assert client.incr("lost") == 2
+    client.close()
+    direct.close()

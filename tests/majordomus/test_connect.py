@@ -19,7 +19,7 @@ from redis.asyncio.connection import (
 
 from majordomus.engine import Engine
 from majordomus.loops import stop_task
-from majordomus.store.connect import CANCEL_SAFE, connect
+from majordomus.store.connect import STURDY, connect
 
 REDIS_SEND_PACKED_COMMAND = "cad238c0be555d05"  # redis-py 5.3.1
 
@@ -39,9 +39,9 @@ def test_the_redis_py_write_we_replace_is_the_one_we_read() -> None:
         ("unix:///tmp/redis.sock?db=0", UnixDomainSocketConnection),
     ],
 )
-def test_every_url_scheme_gets_the_cancel_safe_connection(url: str, theirs: type) -> None:
+def test_every_url_scheme_gets_the_sturdy_connection(url: str, theirs: type) -> None:
     pool_class = connect(url).connection_pool.connection_class
-    assert pool_class is CANCEL_SAFE[theirs] and issubclass(pool_class, theirs)
+    assert pool_class is STURDY[theirs] and issubclass(pool_class, theirs)
 
 
 async def test_a_loop_of_commands_cancelled_at_any_moment_ends_at_the_first_cancel(

@@ -39,10 +39,12 @@ class SlowStore:
         self.delay = delay
         self.appends = 0
 
-    async def append(self, execution_id: str, events: list[EventWrite]) -> AppendResult:
+    async def append(
+        self, execution_id: str, events: list[EventWrite], **options: Any
+    ) -> AppendResult:
         await asyncio.sleep(self.delay)
         self.appends += 1
-        return await self.store.append(execution_id, events)
+        return await self.store.append(execution_id, events, **options)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
@@ -51,8 +53,10 @@ class SlowStore:
 class AnswerLostOnce(SlowStore):
     """The first append is applied, and then its answer is lost (the connection dropped)."""
 
-    async def append(self, execution_id: str, events: list[EventWrite]) -> AppendResult:
-        result = await super().append(execution_id, events)
+    async def append(
+        self, execution_id: str, events: list[EventWrite], **options: Any
+    ) -> AppendResult:
+        result = await super().append(execution_id, events, **options)
         if self.appends == 1:
             raise UNREACHABLE[0]("Connection closed by server.")
         return result

@@ -206,6 +206,54 @@ async def test_an_execution_that_ended_or_vanished_is_let_go_not_failed(
     assert await held(store, "dead") == set()
 
 
+async def test_a_worker_that_renews_its_lease_while_being_swept_keeps_its_executions(
+    engine: Engine, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Back from an outage, a worker beats between the sweeper's look at the leases and its
+    failures: the failures are refused in the same atomic step (the lease is checked there),
+    and the worker keeps every execution, still in its running set."""
+    store = engine.store
+    await beat(store, "back", lease=False)
+    ids = await running_on(engine, "back", 30)
+    looked = store.held_by
+
+    async def then_it_beats(worker_ids: list[str]) -> list[list[str]]:
+        found = await looked(worker_ids)
+        await beat(store, "back")
+        return found
+
+    monkeypatch.setattr(store, "held_by", then_it_beats)
+    sweeper = Sweeper(store, settings, "test")
+    assert await sweeper.tick() == 0
+    assert await states(engine, ids) == Counter({"running": 30})
+    assert await held(store, "back") == set(ids)
+    monkeypatch.undo()
+    await store.redis.delete(store.keys.lease("back"))  # and once it does lapse, they fail
+    assert await sweeper.tick() == 30
+
+
+async def test_a_worker_back_from_an_outage_renews_its_lease_before_it_takes_work(
+    redis: Any, engine: Engine, settings: Settings
+) -> None:
+    async with running_worker(redis, settings) as worker:
+        runtime = worker.runtime
+        lease_key = engine.store.keys.lease(runtime.worker_id)
+        take = runtime.store.take_job
+        lease_at_take: list[bool] = []
+
+        async def taking(*args: Any) -> Any:
+            lease_at_take.append(bool(await redis.exists(lease_key)))
+            return await take(*args)
+
+        runtime.store.take_job = taking  # type: ignore[method-assign]
+        # As after an outage longer than the lease: no beat for a while, the lease gone.
+        runtime.beat_ok_at = time.monotonic() - settings.lease_seconds
+        await redis.delete(lease_key)
+        snap = await engine.start("tests.noop", {})
+        assert (await engine.wait(snap.id, 10_000)).state == "succeeded"
+    assert lease_at_take and all(lease_at_take), lease_at_take
+
+
 async def test_a_worker_dead_longer_than_the_presence_time_is_forgotten(
     engine: Engine, settings: Settings
 ) -> None:

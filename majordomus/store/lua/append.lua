@@ -11,11 +11,17 @@
 -- slot, moving the oldest waiting execution of its capability back into the queue.
 -- Snapshot `steps` keep the first `steps_max`; later ones are counted in `steps_dropped`.
 --
+-- A worker's appends carry a token, kept with what the append did: the same call sent
+-- again (redis-py retries a command whose connection broke, and the first send may have
+-- been applied with its answer lost) is answered as the first was and changes nothing, so
+-- no event is doubled and a claim is not refused by its own first half.
+--
 -- KEYS: snapshot, events, feed, idx:queued, idx:running, idx:finished, secret input,
 --       arq queue, arq job, arq in-progress, arq retry, the taken set
 -- ARGV: id, timestamp, now_ms, retain_seconds, feed_max, worker, cancel_channel,
 --       stream_max, n, read_secret ('1': answer the worker-only input too, for a claim),
---       key prefix, wake channel, steps_max,
+--       key prefix, wake channel, steps_max, token ('' for none),
+--       lapsed ('' for none: else a worker's lease key; nothing is appended while it exists),
 --       then n pairs (type, data JSON or '')
 local TRANSITIONS = --@TRANSITIONS@
 local STATE_OF = --@STATE_OF@
@@ -24,13 +30,25 @@ local snap, stream, feed = KEYS[1], KEYS[2], KEYS[3]
 local id, ts, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local retain, feed_max, worker, cancel_channel = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local stream_max, n, read_secret = ARGV[8], tonumber(ARGV[9]), ARGV[10]
-local prefix, wake, steps_max = ARGV[11], ARGV[12], tonumber(ARGV[13])
-local FIRST = 13  -- the ARGV index after which the (type, data) pairs begin
+local prefix, wake, steps_max, token = ARGV[11], ARGV[12], tonumber(ARGV[13]), ARGV[14]
+local lapsed = ARGV[15]
+local FIRST = 15  -- the ARGV index after which the (type, data) pairs begin
 
 local cur = redis.call('HMGET', snap, 'state', 'last_seq', 'steps', 'diagnostics', 'diag_count',
-  'capability', 'conc_limit', 'worker', 'steps_dropped')
+  'capability', 'conc_limit', 'worker', 'steps_dropped', 'append_token')
 local state = cur[1]
 if not state then return {-1, 0, '', 0} end
+-- The sweeper fails a lost worker's execution only while that worker's lease is lapsed: one
+-- that renewed it since the sweeper looked (back from an outage) keeps what it runs.
+if lapsed ~= '' and redis.call('EXISTS', lapsed) == 1 then return {0, tonumber(cur[2]), state, 0} end
+if token ~= '' and cur[10] then
+  local was, was_code, was_seq, was_applied = string.match(cur[10], '^(.*) (%d) (%d+) (%d+)$')
+  if was == token then
+    local answer = {tonumber(was_code), tonumber(was_seq), state, tonumber(was_applied)}
+    if read_secret == '1' and answer[4] == n then answer[5] = redis.call('GET', KEYS[7]) end
+    return answer
+  end
+end
 local seq = tonumber(cur[2])
 local steps_json, diags, diag_count = cur[3], cur[4], tonumber(cur[5])
 local capability, conc_limit, owner = cur[6], tonumber(cur[7] or '0') or 0, cur[8]
@@ -159,7 +177,13 @@ for i = 1, n do
   end
 end
 
+local code = 1
+if applied < n then code = 0 end
 if applied > 0 then
+  if token ~= '' then
+    changed[#changed + 1] = 'append_token'
+    changed[#changed + 1] = token .. ' ' .. code .. ' ' .. seq .. ' ' .. applied
+  end
   if progress then
     changed[#changed + 1] = 'progress'; changed[#changed + 1] = progress
   end
@@ -176,8 +200,6 @@ if applied > 0 then
     redis.call('EXPIRE', stream, retain)
   end
 end
-local code = 1
-if applied < n then code = 0 end
 if read_secret == '1' and applied == n then
   return {code, seq, state, applied, redis.call('GET', KEYS[7])}
 end

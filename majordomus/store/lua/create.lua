@@ -1,6 +1,7 @@
 -- Create one execution and enqueue it, atomically: the snapshot, `execution.created` (1)
 -- and `execution.queued` (2), the indexes, the worker-only input, arq's job and its queue
 -- entry, and the wake-up signal idle workers wait on. Nothing exists if any part does not.
+-- The same call sent twice creates one execution and answers both alike.
 --
 -- KEYS: snapshot, events, feed, idx:all, idx:queued, secret input, arq queue, arq job,
 --       the creation counter (idx:all is scored by it, so newest-first is exact)
@@ -9,12 +10,18 @@
 --       created data JSON, wake channel, max_concurrency (0: none)
 local snap, stream, feed = KEYS[1], KEYS[2], KEYS[3]
 local id, ts, now, feed_max = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-if redis.call('EXISTS', snap) == 1 then return -1 end
+local was = redis.call('HMGET', snap, 'created_ms', 'ahead')
+if was[1] then
+  -- This very call sent again (its answer was lost and the client retried): the same
+  -- answer. Ids are fresh per start, so any other existing id is an error.
+  if was[1] == now and was[2] then return tonumber(was[2]) end
+  return -1
+end
 local ahead = redis.call('ZCARD', KEYS[5])
 local fields = {'id', id, 'capability', ARGV[5], 'title', ARGV[6], 'input', ARGV[7],
   'cancellable', ARGV[8], 'actor', ARGV[9], 'state', 'queued', 'created_at', ts,
   'created_ms', now, 'last_seq', 2, 'attempt', 0, 'steps', '[]', 'diagnostics', '[]',
-  'diag_count', 0}
+  'diag_count', 0, 'ahead', ahead}
 if ARGV[10] ~= '' then fields[#fields + 1] = 'episode'; fields[#fields + 1] = ARGV[10] end
 if ARGV[16] ~= '0' then fields[#fields + 1] = 'conc_limit'; fields[#fields + 1] = ARGV[16] end
 redis.call('HSET', snap, unpack(fields))
