@@ -5,6 +5,7 @@ no worker left at all, the API processes sweep."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections import Counter
 
@@ -22,6 +23,7 @@ from tests.faults.conftest import (
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 SLEEPY = "tests.sleepy"
+SERIAL = "tests.serial"
 BOUND = LEASE_SECONDS + SWEEP_MARGIN
 
 
@@ -115,3 +117,69 @@ async def test_with_every_worker_killed_the_api_sweeps_their_executions_in_time(
     await assert_lost_in_time(scenario, ids, killed_at, "no worker left")
     scenario.assert_alive(during="after the workers were killed")
     await scenario.check(ids, failure_codes={"unavailable"})
+
+
+async def test_a_killed_slot_holder_frees_its_slot_and_the_waiting_run_in_order(
+    scenario: Scenario,
+) -> None:
+    """`max_concurrency=1`: the holder's worker is killed with five executions waiting for
+    the slot. The holder fails `unavailable` in time, its slot is freed by that very
+    failure, and the five run one after another, oldest first, each once."""
+    scenario.worker(max_jobs=10)
+    scenario.worker(max_jobs=10)
+    await scenario.ready()
+    [holder] = await scenario.start(1, SERIAL, seconds=60)
+    await scenario.wait_states([holder], {"running"}, 20, "the slot holder running")
+    waiting: list[str] = []
+    for _ in range(5):  # one at a time: their creation order is the order they must run in
+        waiting += await scenario.start(1, SERIAL, seconds=0.2)
+    await asyncio.sleep(0.5)
+    assert set((await scenario.states(waiting)).values()) == {"queued"}
+    owner = str((await scenario.engine.get(holder)).worker)
+    pids = {wid: pid for pid, wid in (await scenario.worker_ids()).items()}
+    victim = next(c for c in scenario.workers if c.pid == pids[owner])
+
+    killed_at = time.time()
+    victim.kill()
+    await assert_lost_in_time(scenario, [holder], killed_at, "slot holder killed")
+    await scenario.wait_final(waiting, 20, "the executions waiting for the slot")
+    verdict = await scenario.check([holder, *waiting], failure_codes={"unavailable"})
+    snaps = [verdict.snapshots[i] for i in waiting]
+    assert {s.state for s in snaps} == {"succeeded"}
+    started = [stamp_seconds(str(s.started_at)) for s in snaps]
+    finished = [stamp_seconds(str(s.finished_at)) for s in snaps]
+    assert started == sorted(started), "the oldest waiting execution did not run first"
+    assert all(b >= a for a, b in zip(finished, started[1:], strict=False)), (
+        "two ran at once under max_concurrency=1"
+    )
+    freed = stamp_seconds(str(verdict.snapshots[holder].finished_at))
+    note(
+        f"slot holder killed, 5 waiting: holder final {freed - killed_at:.2f}s after the kill; "
+        f"first waiting one started {started[0] - freed:.3f}s after the slot was freed"
+    )
+
+
+async def test_a_worker_killed_while_taking_a_burst_strands_nothing(scenario: Scenario) -> None:
+    """A worker killed in the middle of a burst of 300 short starts: of what it took, it may
+    not have claimed some yet (taken, never started; about one run in three here), and it
+    ran others. The taken ones go back into the queue and run elsewhere once; the claimed
+    ones fail `unavailable`; nothing stays queued or running."""
+    victim = scenario.worker(max_jobs=50)
+    scenario.worker(max_jobs=50)
+    scenario.api()
+    await scenario.ready()
+    ids = await scenario.start(300, SLEEPY, seconds=0.05)
+    await asyncio.sleep(0.03)
+    victim.kill()
+    await scenario.wait_final(ids, BOUND + 10, "the burst, after its taker was killed")
+    verdict = await scenario.check(ids, failure_codes={"unavailable"})
+    put_back = sum(
+        int(n)
+        for child in scenario.children
+        for n in re.findall(r"put back (\d+) executions", child.log_path.read_text(errors="replace"))
+    )
+    note(
+        f"worker killed mid-burst of 300: {dict(verdict.states)}; taken but never started, "
+        f"put back by the sweeper: {put_back}"
+    )
+    assert set(verdict.states) <= {"succeeded", "failed"}

@@ -124,22 +124,26 @@ async def private_engine() -> AsyncIterator[Engine]:
         await client.aclose(close_connection_pool=True)
 
 
+WINDOW_SECONDS = 10.0
+"""How long each count of Redis commands lasts."""
+
+
 async def test_waiting_for_a_slot_holds_no_worker_and_makes_no_redis_traffic(
     private_engine: Engine,
 ) -> None:
     engine, redis = private_engine, private_engine.redis
     async with running_worker(redis, engine.settings, max_jobs=5):
-        holder = await engine.start("tests.serial", {"seconds": 12})
+        holder = await engine.start("tests.serial", {"seconds": 22})
         await until(lambda: _is_running(engine, holder.id))
         # The same worker and holder for as long, first with nothing waiting, then with
         # 100 waiting: the difference is what waiting costs (retried every 50 ms, as it
         # used to be, 100 waiting cost some 6,000 commands a second).
-        alone = await _commands_over(redis, 5.0)
+        alone = await _commands_over(redis, WINDOW_SECONDS)
         waiting = [await engine.start("tests.serial", {"seconds": 0}) for _ in range(100)]
         await until(lambda: _waiting_all(engine, 100))
         assert await queue_of(engine) == []
-        beside = await _commands_over(redis, 5.0)
-        print(f"Redis commands in 5 s, 100 executions waiting on a slot: {beside}; none: {alone}")
+        beside = await _commands_over(redis, WINDOW_SECONDS)
+        print(f"Redis commands in {WINDOW_SECONDS:g} s, 100 executions waiting on a slot: {beside}; none: {alone}")
         # The two windows differ only by noise (a beat, a sweep or the minutely prune more
         # or less): waiting that cost traffic would show as thousands more.
         assert beside <= alone * 1.5 + 50, (alone, beside)
