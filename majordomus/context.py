@@ -16,7 +16,8 @@ the report, if it awaits what the report answers, `await ctx.log(...)`). Reports
 up only when they cannot be written at all: the execution was ended or forgotten
 elsewhere, Redis refused them, or an outage outlasted `REPORTS_KEPT_SECONDS`; the last two
 leave an `execution.diagnostic` (`reports_lost`, with how many) in the history where they
-were lost, so an execution never ends with reports silently missing. The terminal event
+were lost, so an execution never ends with reports silently missing. A batch whose answer
+was lost is sent again with its token, so it is written once. The terminal event
 (`finish`) follows every report and is retried until it is written, or until the
 execution is gone or was ended by someone else.
 """
@@ -35,7 +36,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
-from majordomus.config import LIMITS
 from majordomus.errors import MajordomusError
 from majordomus.loops import Failures, within
 from majordomus.model import (
@@ -171,15 +171,11 @@ class _Batch:
     """Lost reports the leading diagnostic announces (0: no diagnostic leads)."""
     reports: int
     terminal: bool
-
-
-class _WrittenHead(msgspec.Struct):
-    type: str
-    sequence: int
-    data: msgspec.Raw = msgspec.Raw(b"")
-
-
-_written_head = msgspec.json.Decoder(_WrittenHead).decode
+    token: str
+    """The append's token (`Store.append`): the same batch sent again is applied once."""
+    drops: int
+    """The buffer's drop count when the batch was made: a batch made before reports were
+    given up no longer matches the buffer's head, and is not sent again."""
 
 
 class ExecutionContext(Context):
@@ -219,7 +215,6 @@ class ExecutionContext(Context):
         self._result: AppendResult | None = None
         self._error: BaseException | None = None
         self._unannounced = 0
-        self._last_sequence = 0
         self._room_waiters: list[asyncio.Future[None]] = []
         self._writer: asyncio.Task[None] | None = None
         self._failures = Failures(
@@ -229,6 +224,8 @@ class ExecutionContext(Context):
             traceback=False,
         )
         self._kept_since: float | None = None
+        self._drops = 0
+        """How many times waiting reports were given up (see `_Batch.drops`)."""
         self._cancel = asyncio.Event()
         self._cancel_flag = False
         self.lost = False
@@ -331,26 +328,27 @@ class ExecutionContext(Context):
             self._writer = self._loop.create_task(self._write(), name=name)
 
     async def _write(self) -> None:
-        """Until nothing waits: append the next batch; through an outage, keep it and retry."""
-        uncertain = False  # a failed append may have been applied (its answer was lost)
+        """Until nothing waits: append the next batch; through an outage, keep it and retry.
+
+        A batch whose append failed is sent again as it was, token and all: if the failed
+        try was applied after all (its answer was lost), the store answers it as applied
+        and writes nothing twice. Reports made meanwhile go in the next batch.
+        """
+        again: _Batch | None = None
         while True:
             with self._lock:
-                batch = self._next_batch()
+                valid = again is not None and again.drops == self._drops and not self._ended()
+                batch = again if valid else self._next_batch()
+                again = None
                 if batch is None:
                     self._scheduled = False
                     self._wake()
                     return
             began = time.monotonic()
             try:
-                written = await self._written_already(batch) if uncertain else None
-                uncertain = False
-                if written is not None:
-                    self._failures.recovered()
-                    self._settle(batch, written, seen_in_stream=True)
-                    continue
-                result = await self.store.append(self.execution_id, batch.events, once=True)
+                result = await self.store.append(self.execution_id, batch.events, token=batch.token)
             except UNREACHABLE as exc:
-                uncertain = True
+                again = batch
                 self._failures.failed(exc)
                 self._give_up_if_outage_outlasted(began)
                 await self._failures.pause()
@@ -364,8 +362,11 @@ class ExecutionContext(Context):
             self._kept_since = None
             self._settle(batch, result)
 
+    def _ended(self) -> bool:
+        return self._result is not None or self._error is not None
+
     def _next_batch(self) -> _Batch | None:
-        if self._result is not None or self._error is not None:
+        if self._ended():
             return None  # ended: nothing more of it is written
         if self.lost:
             self._drop_reports()
@@ -386,46 +387,19 @@ class ExecutionContext(Context):
             events.append(self._terminal)
         if not events:
             return None
-        return _Batch(events, announces, reports, terminal)
+        return _Batch(events, announces, reports, terminal, self.store.next_token(), self._drops)
 
-    async def _written_already(self, batch: _Batch) -> AppendResult | None:
-        """After an append whose answer was lost: whether it was applied after all (its
-        events are in the stream after the last sequence we know), so it is not doubled.
-        The batch may have grown since that attempt: then only its first events are found."""
-        page = await self.store.page(
-            self.execution_id, self._last_sequence, min(LIMITS.page_events, len(batch.events) + 16)
-        )
-        if page is None or not page.events:
-            return None
-        heads = [_written_head(raw) for raw in page.events]
-        first = batch.events[0]
-        for start, head in enumerate(heads):
-            if (head.type, bytes(head.data)) != (first[0], first[1]):
-                continue
-            applied = 0
-            for (event_type, data), found in zip(batch.events, heads[start:], strict=False):
-                if (found.type, bytes(found.data)) != (event_type, data):
-                    break
-                applied += 1
-            last = heads[start + applied - 1].sequence
-            return AppendResult(True, applied, len(batch.events), last, page.state)
-        return None
-
-    def _settle(self, batch: _Batch, result: AppendResult, seen_in_stream: bool = False) -> None:
+    def _settle(self, batch: _Batch, result: AppendResult) -> None:
         """What an append's answer means for the buffer: written events leave it; a refusal
-        ends the writing (the execution is gone or final) or skips one stale state move.
-        `seen_in_stream`: the answer was read back from the stream (`_written_already`), so
-        the events after those found were not refused, only not sent yet."""
+        ends the writing (the execution is gone or final) or skips one stale state move."""
         with self._lock:
             applied = result.applied
             if batch.announces and applied > 0:
                 self._unannounced -= batch.announces
                 applied -= 1
             self._pop(min(applied, batch.reports))
-            if result.found:
-                self._last_sequence = result.last_sequence
-            if result.complete or seen_in_stream:
-                if result.complete and batch.terminal:
+            if result.complete:
+                if batch.terminal:
                     self._result = result
                 self._wake()
                 return
@@ -476,6 +450,7 @@ class ExecutionContext(Context):
             dropped = len(self._pending)
             if not dropped:
                 return
+            self._drops += 1
             self._pending.clear()
             self._pending_bytes = 0
             self._lost_reports(dropped)
@@ -500,6 +475,7 @@ class ExecutionContext(Context):
 
     def _drop_reports(self) -> None:
         self.reports_lost += len(self._pending)
+        self._drops += 1
         self._pending.clear()
         self._pending_bytes = 0
         self._unannounced = 0

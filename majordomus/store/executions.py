@@ -175,19 +175,19 @@ class ExecutionStore(StoreBase):
         events: Sequence[EventWrite],
         worker: str | None = None,
         *,
-        once: bool = False,
+        token: str | None = None,
         if_lapsed: str | None = None,
     ) -> AppendResult:
         """Append events in order, in one atomic step; stops at the first refused one.
 
-        `once`: the append is tokened (append.lua), so a send the client repeats after a
-        lost answer is answered as the first and changes nothing. The writers of one
-        execution's reports and claim pass it (they write its non-state events, which
-        nothing else would refuse twice); the token kept is the last one of those.
+        `token` (from `next_token`): the append is tokened (append.lua), so the same call
+        sent again (the client's retry after a lost answer, or the caller's with the same
+        token) is answered as the first and changes nothing. The writers of one execution's
+        reports and claim pass one (they write its non-state events, which nothing else
+        would refuse twice); the token kept is the last one of those.
         `if_lapsed`: a worker id; nothing is appended (the answer is a refusal) while that
         worker's lease holds, checked in the same atomic step (the sweeper's failures).
         """
-        token = self.next_token() if once else None
         keys, args = self._append_call(
             execution_id, events, worker, token=token, lapsed=if_lapsed
         )
@@ -196,7 +196,7 @@ class ExecutionStore(StoreBase):
 
     async def claim(self, execution_id: str, worker: str) -> tuple[AppendResult, bytes | None]:
         """Move queued -> running for this worker and read the worker-only input, in one trip
-        (tokened like `append(once=True)`: a repeated send is not refused as a second claim)."""
+        (tokened like `append(token=...)`: a repeated send is not refused as a second claim)."""
         keys, args = self._append_call(
             execution_id,
             [("execution.started", b"")],

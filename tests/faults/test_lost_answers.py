@@ -38,11 +38,12 @@ async def test_a_start_a_claim_and_reports_sent_again_count_once(scenario: Scena
             for i in range(reports):
                 written = await engine.store.append(
                     execution_id, [("execution.log", b'{"level":"info","message":"m%d"}' % i)],
-                    once=True,
+                    token=engine.store.next_token(),
                 )
                 assert written.complete
             done = await engine.store.append(
-                execution_id, [("execution.completed", b'{"output":{"steps":1}}')], once=True
+                execution_id, [("execution.completed", b'{"output":{"steps":1}}')],
+                token=engine.store.next_token(),
             )
             assert done.complete
     finally:

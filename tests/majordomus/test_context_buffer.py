@@ -207,7 +207,7 @@ async def test_an_append_whose_answer_was_lost_is_not_written_twice(engine: Engi
         ctx.log(f"line {i}")
     while not store.appends:
         await asyncio.sleep(0.001)
-    for i in range(5, 10):  # reported while the writer waits to try again: its batch grows
+    for i in range(5, 10):  # reported while the writer waits to try again: the next batch
         ctx.log(f"line {i}")
     result = await ctx.finish("execution.completed", b'{"output":{}}')
     assert result.complete
