@@ -32,7 +32,7 @@ from litestar.types import Receive, Scope, Send
 from msgspec import UNSET, UnsetType
 
 from api.access import AccessGuard
-from api.docs import DOCS_HTML
+from api.docs import DOCS_HTML, HTML, StaticDocument
 from api.errors import JSON, error_response, make_exception_handler
 from api.live import LISTENER_BUFFER, FeedHub, LiveChannel
 from api.mcp import build_mcp
@@ -42,8 +42,9 @@ from majordomus.engine import LIVE_PATH, Engine
 from majordomus.errors import MajordomusError, invalid_input
 from majordomus.loading import load_capabilities
 from majordomus.loops import within
+from majordomus.model import ACTOR_HEADER, CLIENT_ACTORS
 from majordomus.registry import Capability
-from majordomus.schemas import coerce_strings
+from majordomus.schemas import MAX_INPUT_DEPTH, coerce_strings
 from majordomus.store.connect import api_client
 from majordomus.store.failures import UNREACHABLE
 from majordomus.sweeper import Sweeper, concurrency_of
@@ -134,7 +135,9 @@ def query_input(cap: Capability, scope: Scope, shape: QueryShape) -> dict[str, A
 
 
 async def body_input(request: Request[Any, Any, Any]) -> Any:
-    """A POST's input: the JSON body (empty is no input at all)."""
+    """A POST's input: the JSON body (empty is no input at all). JSON nested too deeply to
+    decode is the client's to fix (`invalid_input`), like any other JSON that will not do;
+    what decodes is bounded again by the input's validation (`MAX_INPUT_DEPTH`)."""
     body = await request.body()
     if not body.strip():
         return None
@@ -142,6 +145,12 @@ async def body_input(request: Request[Any, Any, Any]) -> Any:
         return msgspec.json.decode(body)
     except msgspec.DecodeError as exc:
         raise invalid_input(f"the body is not valid JSON ({exc})", "send a JSON object") from None
+    except RecursionError:
+        raise invalid_input(
+            f"the body nests arrays and objects too deeply to read (the bound is "
+            f"{MAX_INPUT_DEPTH} levels)",
+            "send a flatter input",
+        ) from None
 
 
 def json_response(value: Any, status: int = 200) -> Response[Any]:
@@ -159,7 +168,9 @@ def capability_route(cap: Capability, engine: Engine) -> BaseRouteHandler:
             raw = query_input(cap, request.scope, shape)
         else:
             raw = await body_input(request)
-        output = await engine.invoke(cap.id, raw, actor="http")
+        claimed = request.headers.get(ACTOR_HEADER)
+        actor = claimed if claimed in CLIENT_ACTORS else "http"
+        output = await engine.invoke(cap.id, raw, actor=actor)
         return json_response(output)
 
     answer.__name__ = answer.__qualname__ = "capability_" + cap.id.replace(".", "_")
@@ -203,13 +214,16 @@ def create_app(
         openapi_document(engine.registry, token_required=bool(settings.api_token))
     )
 
-    @get("/openapi.json", include_in_schema=False)
-    async def openapi_json() -> Response[Any]:
-        return Response(content=document, media_type=JSON)
+    openapi_document_endpoint = StaticDocument(document, JSON)
+    docs_page_endpoint = StaticDocument(DOCS_HTML.encode(), HTML)
 
-    @get("/docs", include_in_schema=False)
-    async def docs_page() -> Response[Any]:
-        return Response(content=DOCS_HTML, media_type="text/html; charset=utf-8")
+    @asgi("/openapi.json", include_in_schema=False)
+    async def openapi_json(scope: Scope, receive: Receive, send: Send) -> None:
+        await openapi_document_endpoint(scope, receive, send)
+
+    @asgi("/docs", include_in_schema=False)
+    async def docs_page(scope: Scope, receive: Receive, send: Send) -> None:
+        await docs_page_endpoint(scope, receive, send)
 
     @get("/api/v1/live", include_in_schema=False)
     async def live_probe() -> Response[Any]:
@@ -244,9 +258,7 @@ def create_app(
         await channel(scope, receive, send)
 
     handlers += [openapi_json, docs_page, live_probe, ready_probe, live_channel]
-    allowed.update(
-        {p: ["GET"] for p in ("/openapi.json", "/docs", "/api/v1/live", "/api/v1/ready")}
-    )
+    allowed.update({p: ["GET"] for p in ("/api/v1/live", "/api/v1/ready")})
 
     mcp = build_mcp(engine, settings) if mount_mcp else None  # an import error fails start-up
     if mcp is not None:

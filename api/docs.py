@@ -1,15 +1,42 @@
-"""The interactive documentation page at `/docs`: one self-contained HTML file.
+"""The interactive documentation page at `/docs`, and how a fixed document is served.
 
-It loads nothing from the network (no CDN: the page must work on a machine without
-internet), reads `/openapi.json`, lists every operation with its parameters or body and
-answers, lets a person try each one, and can follow an execution on the live channel.
-With `MAJORDOMUS_API_TOKEN` set the page itself is open (it holds no data) and asks for the
-token, which it sends as `Authorization: Bearer` on every call it makes.
+The page is one self-contained HTML file. It loads nothing from the network (no CDN: the
+page must work on a machine without internet), reads `/openapi.json`, lists every operation
+with its parameters or body and answers, lets a person try each one, and can follow an
+execution on the live channel. With `MAJORDOMUS_API_TOKEN` set the page itself is open (it
+holds no data) and asks for the token, which it sends as `Authorization: Bearer` on every
+call it makes.
+
+The live panel follows the channel with the browser's `EventSource`, which reconnects by
+itself after a network error and resumes with `Last-Event-ID`, and stops for good on the
+`204` a finished execution's end answers. `EventSource` cannot send a header, so with a
+token the panel reads the stream with `fetch` and does the same itself: it remembers the
+last `id:`, reconnects after a pause (doubling up to `LIVE_RETRY_CAP_MS`, or the server's
+`retry:`) with `Last-Event-ID`, and stops on `204` or a refusal.
+
+`StaticDocument` answers a document that never changes while the process runs (the page,
+`/openapi.json`): `GET` with it, `HEAD` with the same headers and no body, anything else
+`405` with `Allow: GET, HEAD`. It does not negotiate, compress or cache.
 """
 
 from __future__ import annotations
 
-DOCS_HTML = """<!doctype html>
+import json
+
+from litestar.types import Receive, Scope, Send
+
+from api.errors import send_error
+from majordomus.errors import invalid_input
+from majordomus.model import EVENT_TYPES, STREAM_TYPES
+
+HTML = "text/html; charset=utf-8"
+
+LIVE_RETRY_MS = 1000
+"""The token-mode live panel's first pause before it reconnects..."""
+LIVE_RETRY_CAP_MS = 30_000
+"""...doubled after each failed try up to this, and back to the first once a try opens."""
+
+_PAGE = """<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
@@ -58,6 +85,7 @@ DOCS_HTML = """<!doctype html>
    <input class="p" id="live-x" placeholder="execution id (optional)">
    <input class="p" id="live-after" placeholder="after (optional)">
    <button id="live-go">follow</button> <button id="live-stop">stop</button>
+   <span id="live-state" class="status"></span>
    <pre id="live-out"></pre>
   </div>
  </details>
@@ -161,32 +189,160 @@ async function load() {
     for (const [path, method, op] of groups[tag]) ops.append(operation(doc, path, method, op));
   }
 }
+const LIVE_TYPES = __LIVE_TYPES__;
 let live = null;
-$("live-go").addEventListener("click", async () => {
-  if (live) live.abort();
-  live = new AbortController();
+function liveSay(text) {
+  const out = $("live-out");
+  out.textContent += text + "\\n";
+  out.scrollTop = out.scrollHeight;
+}
+function liveState(text) { $("live-state").textContent = text; }
+async function explain(url, lastId) {
+  // EventSource gives no status: ask once more, from where it was, to show why it closed.
+  const ctl = new AbortController();
+  const sent = headers({Accept: "text/event-stream"});
+  if (lastId) sent["Last-Event-ID"] = lastId;
+  try {
+    const response = await fetch(url, {headers: sent, signal: ctl.signal});
+    if (response.status === 200) { ctl.abort(); return; }
+    if (response.status === 204) { liveState("closed: the execution is over and this is its end (204)"); return; }
+    const pre = el("pre", {});
+    await show(pre, response);
+    liveSay(pre.textContent);
+  } catch (e) { if (e.name !== "AbortError") liveSay(String(e)); }
+}
+function withEventSource(url) {
+  // Reconnects by itself after a network error, with Last-Event-ID; stops on a 204.
+  const source = new EventSource(url);
+  let lastId = "";
+  const say = (message) => {
+    // Control messages carry no id; EventSource shows them with the last one it had.
+    const id = message.type.startsWith("stream.") ? "" : message.lastEventId;
+    if (id) lastId = id;
+    liveSay((id ? "id: " + id + "\\n" : "") +
+      "event: " + message.type + "\\ndata: " + message.data + "\\n");
+  };
+  for (const type of LIVE_TYPES) source.addEventListener(type, say);
+  source.onmessage = say;
+  source.onopen = () => liveState("open");
+  source.onerror = () => {
+    if (source.readyState === EventSource.CLOSED) {
+      liveState("closed");
+      explain(url, lastId);
+    } else {
+      liveState("reconnecting: it resumes after the last id received (Last-Event-ID)");
+    }
+  };
+  return {stop: () => { source.close(); liveState("stopped"); }};
+}
+function withFetch(url) {
+  // What EventSource does, for a channel that needs the Authorization header it cannot send.
+  const ctl = new AbortController();
+  let lastId = null, serverRetry = null, pause = __RETRY_MS__, stopped = false;
+  const sleep = (ms) => new Promise((done) => setTimeout(done, ms));
+  const take = (block) => {
+    let shown = false;
+    for (const line of block.split(/\\r\\n|\\r|\\n/)) {
+      if (line.startsWith("id:")) lastId = line.slice(3).replace(/^ /, "");
+      else if (line.startsWith("retry:")) {
+        const ms = parseInt(line.slice(6), 10);
+        if (ms >= 0) serverRetry = ms;
+      }
+      if (line && !line.startsWith(":")) shown = true;
+    }
+    if (shown) liveSay(block + "\\n");
+  };
+  (async () => {
+    while (!stopped) {
+      const sent = headers({Accept: "text/event-stream"});
+      if (lastId !== null) sent["Last-Event-ID"] = lastId;
+      try {
+        const response = await fetch(url, {headers: sent, signal: ctl.signal});
+        if (response.status === 204) {
+          liveState("closed: the execution is over and this is its end (204)");
+          return;
+        }
+        if (response.status !== 200 || !response.body) {
+          liveState("closed");
+          const pre = el("pre", {});
+          await show(pre, response);
+          liveSay(pre.textContent);
+          return;
+        }
+        liveState("open");
+        pause = __RETRY_MS__;
+        const reader = response.body.getReader();
+        const decoder = new TextDecoder();
+        let buffer = "";
+        for (;;) {
+          const {value, done} = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, {stream: true});
+          let end;
+          while ((end = buffer.search(/\\r\\n\\r\\n|\\n\\n|\\r\\r/)) >= 0) {
+            const gap = buffer.startsWith("\\r\\n\\r\\n", end) ? 4 : 2;
+            take(buffer.slice(0, end));
+            buffer = buffer.slice(end + gap);
+          }
+        }
+      } catch (e) {
+        if (stopped || e.name === "AbortError") return;
+      }
+      const wait = serverRetry !== null ? serverRetry : pause;
+      pause = Math.min(pause * 2, __RETRY_CAP_MS__);
+      liveState("reconnecting in " + Math.round(wait / 100) / 10 + " s: it resumes after the last id received (Last-Event-ID)");
+      await sleep(wait);
+    }
+  })();
+  return {stop: () => { stopped = true; ctl.abort(); liveState("stopped"); }};
+}
+$("live-go").addEventListener("click", () => {
+  if (live) live.stop();
   const query = new URLSearchParams();
   if ($("live-x").value) query.set("execution", $("live-x").value);
   if ($("live-after").value) query.set("after", $("live-after").value);
-  const out = $("live-out");
-  out.textContent = "";
-  try {
-    const response = await fetch("/events?" + query, {
-      headers: headers({Accept: "text/event-stream"}), signal: live.signal});
-    if (!response.ok || !response.body) { await show(out, response); return; }
-    const reader = response.body.getReader();
-    const decoder = new TextDecoder();
-    for (;;) {
-      const {value, done} = await reader.read();
-      if (done) break;
-      out.textContent += decoder.decode(value, {stream: true});
-      out.scrollTop = out.scrollHeight;
-    }
-  } catch (e) { if (e.name !== "AbortError") out.textContent += "\\n" + e; }
+  $("live-out").textContent = "";
+  liveState("opening");
+  const url = "/events" + (query.toString() ? "?" + query : "");
+  live = tokenBox.value ? withFetch(url) : withEventSource(url);
 });
-$("live-stop").addEventListener("click", () => { if (live) live.abort(); });
+$("live-stop").addEventListener("click", () => { if (live) live.stop(); live = null; });
 load();
 </script>
 </body>
 </html>
 """
+
+DOCS_HTML = (
+    _PAGE.replace("__LIVE_TYPES__", json.dumps([*EVENT_TYPES, *STREAM_TYPES]))
+    .replace("__RETRY_MS__", str(LIVE_RETRY_MS))
+    .replace("__RETRY_CAP_MS__", str(LIVE_RETRY_CAP_MS))
+)
+"""The page as served: the live panel listens for every event and control type by name."""
+
+
+class StaticDocument:
+    """A fixed document as an ASGI endpoint: `GET` answers it, `HEAD` the same headers
+    without the body, any other method `405` (`invalid_input`, `Allow: GET, HEAD`)."""
+
+    ALLOW = "GET, HEAD"
+
+    def __init__(self, body: bytes, media_type: str) -> None:
+        self.body = body
+        self.headers = [
+            (b"content-type", media_type.encode("latin-1")),
+            (b"content-length", str(len(body)).encode()),
+        ]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        method = scope.get("method", "GET")
+        if method not in ("GET", "HEAD"):
+            err = invalid_input(
+                f"{scope.get('path', '')} does not answer {method}",
+                "see the Allow header, or the operations at /openapi.json",
+            )
+            await send_error(send, err, 405, {"Allow": self.ALLOW})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": self.headers})
+        body = self.body if method == "GET" else b""
+        await send({"type": "http.response.body", "body": body, "more_body": False})

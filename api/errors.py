@@ -120,8 +120,14 @@ def make_exception_handler(allowed: dict[str, list[str]]) -> Any:
     return handle
 
 
-async def send_error(send: Send, err: MajordomusError, status: int | None = None) -> None:
-    """The envelope straight over ASGI (for the raw routes: the live channel, the guard)."""
+async def send_error(
+    send: Send,
+    err: MajordomusError,
+    status: int | None = None,
+    headers: dict[str, str] | None = None,
+) -> None:
+    """The envelope straight over ASGI (for the raw routes: the live channel, the guard, the
+    static documents), with `headers` beside its own (say `Allow` on a 405)."""
     body = envelope(err)
     await send(
         {
@@ -130,6 +136,10 @@ async def send_error(send: Send, err: MajordomusError, status: int | None = None
             "headers": [
                 (b"content-type", JSON.encode()),
                 (b"content-length", str(len(body)).encode()),
+                *(
+                    (k.lower().encode("latin-1"), v.encode("latin-1"))
+                    for k, v in (headers or {}).items()
+                ),
             ],
         }
     )

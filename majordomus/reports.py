@@ -1,13 +1,14 @@
-"""The state of the cluster's queue for operators: `majordomus queue` and `majordomus workers`.
+"""The state of the cluster's queue for operators: the answers of `queue.show` and
+`queue.workers` (`majordomus queue`, `majordomus workers`).
 
 One `QueueReport` says what is queued (by capability, with the oldest wait), what runs on
 which worker, which workers report themselves and how long ago they last beat, and which
-executions failed lately with which code. Each report is read from an `Engine`'s store
-through its inspection reads, at one moment, and changes nothing; a surface passes the
-engine and never reaches into its store itself. What the model already types (an
-execution's state and progress, its error) is read as the model's types, not again here.
-A worker is *silent* when its last beat is older than the lease or its lease key is gone:
-its executions are about to be failed as `unavailable` by a sweeper.
+executions failed or were cancelled lately, with which code. Each report is read from an
+`Engine`'s store through its inspection reads, at one moment, and changes nothing; a
+surface passes the engine and never reaches into its store itself. What the model already
+types (an execution's state and progress, its error) is read as the model's types, not
+again here. A worker is *silent* when its last beat is older than the lease or its lease
+key is gone: its executions are about to be failed as `unavailable` by a sweeper.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ from majordomus.store.executions import Store
 RECENT_FINISHED = 200
 """How many of the latest finished executions are looked through for failures."""
 RECENT_FAILURES = 10
-"""How many recent failures a report lists."""
+"""How many recent failures (cancellations among them) a report lists."""
+UNSUCCESSFUL = frozenset({b"failed", b"cancelled"})
+"""The final states a report lists among its failures: a cancellation carries the code
+`cancelled` (people, or a stopping worker whose grace ran out)."""
 
 
 class QueuedCapability(msgspec.Struct):
@@ -71,6 +75,8 @@ class WorkerPresence(msgspec.Struct):
 
 
 class RecentFailure(msgspec.Struct, omit_defaults=True):
+    """An execution that ended failed or cancelled, with its error's code."""
+
     id: str
     capability: str
     code: str
@@ -80,7 +86,7 @@ class RecentFailure(msgspec.Struct, omit_defaults=True):
 
 
 class QueueReport(msgspec.Struct):
-    """The answer of `majordomus queue --format json`."""
+    """The answer of `queue.show` (`majordomus queue --format json`)."""
 
     taken_at: str
     queued: int
@@ -93,7 +99,7 @@ class QueueReport(msgspec.Struct):
 
 
 class WorkerReport(msgspec.Struct):
-    """The answer of `majordomus workers --format json`."""
+    """The answer of `queue.workers` (`majordomus workers --format json`)."""
 
     taken_at: str
     workers: list[WorkerPresence]
@@ -201,7 +207,7 @@ async def _failures(store: Store) -> list[RecentFailure]:
     rows = await store.snapshot_fields(ids, ["capability", "state", "error", "finished_at"])
     found: list[RecentFailure] = []
     for execution_id, (cap, state, error, finished_at) in zip(ids, rows, strict=False):
-        if state != b"failed" or not error:
+        if state not in UNSUCCESSFUL or not error:
             continue
         err = _error_decoder.decode(error)
         found.append(
@@ -220,7 +226,8 @@ async def _failures(store: Store) -> list[RecentFailure]:
 
 
 async def queue_report(engine: Engine) -> QueueReport:
-    """The queue, the running executions, the workers and the recent failures, now."""
+    """The queue, the running executions, the workers and the recent failures (cancellations
+    among them), now."""
     store = engine.store
     taken_at, now_ms = now_stamp()
     queued, groups = await _queued(store, now_ms)

@@ -4,10 +4,20 @@ Schemas are generated, never written: `schema_of` inlines msgspec's root `$ref` 
 an OpenAPI operation gets a plain object schema. Input validation reports up to five
 problems as `"/pointer: problem"`; redaction is driven by the schema alone (`format:
 password`, `writeOnly: true`, `x-majordomus-sensitive: true`), never by a field's name.
+
+A problem never echoes a secret: where the failing value is, holds or may be a sensitive
+member, the value is shown as `«redacted»`, and any sensitive value of the input that a
+message would still carry is masked the same way. An echoed value is cut to
+`ECHOED_VALUE_CHARS`, a problem to `PROBLEM_CHARS`. An input nested deeper than
+`MAX_INPUT_DEPTH` is refused before it is validated, so no depth of JSON reaches a
+recursion limit. `secret_values` hands the sensitive values of an input to whoever must
+keep them out of text (the handler context masks them in log lines and diagnostics).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Iterable
 from functools import cache
 from typing import Annotated, Any
 
@@ -22,6 +32,21 @@ SENSITIVE = "x-majordomus-sensitive"
 
 Secret = Annotated[str, msgspec.Meta(extra_json_schema={SENSITIVE: True})]
 """A string a capability's input marks as sensitive: redacted wherever the input is shown."""
+
+MAX_INPUT_DEPTH = 64
+"""How deeply an input's arrays and objects may nest (the input itself is level 1). A
+deeper one is `invalid_input` before validation: validating, redacting and encoding
+recurse per level, and a recursion limit reached on a client's JSON must not be a 500."""
+
+ECHOED_VALUE_CHARS = 80
+"""The longest a value is echoed in a validation problem; a longer one is cut with `…`."""
+
+PROBLEM_CHARS = 300
+"""The longest one validation problem is (its pointer included); a longer one is cut."""
+
+MIN_SECRET_CHARS = 3
+"""A sensitive value shorter than this is not masked in text: masking one or two
+characters would blank them in every word of a log line and protect nothing."""
 
 
 @cache
@@ -89,20 +114,79 @@ def _validator(tp: Any) -> jsonschema.Draft202012Validator:
 
 
 def validate_input(tp: Any, raw: Any) -> Any:
-    """The typed input, or `invalid_input` naming up to five problems."""
+    """The typed input, or `invalid_input` naming up to five problems (never a secret)."""
     if raw is None:
         raw = {}
-    errors = sorted(_validator(tp).iter_errors(raw), key=lambda e: list(e.absolute_path))
-    if errors:
-        problems = [f"{_pointer(e.absolute_path)}: {e.message}" for e in errors]
-        raise invalid_input(
-            "; ".join(problems[: LIMITS.validation_problems]),
-            "see the capability's input schema (majordomus capabilities describe ID)",
-        )
+    if _nested_deeper_than(raw, MAX_INPUT_DEPTH):
+        raise _too_deep()
     try:
+        errors = sorted(_validator(tp).iter_errors(raw), key=lambda e: list(e.absolute_path))
+        if errors:
+            # Only a refused input pays for finding its secrets.
+            schema, mask = schema_of(tp), secret_mask(secret_values(tp, raw))
+            problems = [_problem(e, schema, mask) for e in errors]
+            raise invalid_input(
+                "; ".join(problems[: LIMITS.validation_problems]),
+                "see the capability's input schema (majordomus capabilities describe ID)",
+            )
         return msgspec.convert(raw, tp)
     except msgspec.ValidationError as exc:
-        raise invalid_input(str(exc), "see the capability's input schema") from None
+        mask = secret_mask(secret_values(tp, raw))
+        raise invalid_input(
+            _cut(mask(str(exc)), PROBLEM_CHARS), "see the capability's input schema"
+        ) from None
+    except RecursionError:
+        raise _too_deep() from None
+
+
+def _too_deep() -> MajordomusError:
+    return invalid_input(
+        f"the input nests arrays and objects deeper than {MAX_INPUT_DEPTH} levels",
+        "send a flatter input",
+    )
+
+
+def _nested_deeper_than(value: Any, bound: int) -> bool:
+    """Whether `value` nests lists, tuples and dicts more than `bound` levels (counted
+    without recursion, so any depth is measured)."""
+    level: list[Any] = [value]
+    depth = 0
+    while level:
+        containers = [v for v in level if isinstance(v, dict | list | tuple)]
+        if not containers:
+            return False
+        depth += 1
+        if depth > bound:
+            return True
+        level = [c for v in containers for c in (v.values() if isinstance(v, dict) else v)]
+    return False
+
+
+def _problem(error: Any, root: dict[str, Any], mask: Mask) -> str:
+    """One problem as `"/pointer: problem"`: a value that is or holds a sensitive member is
+    shown as `«redacted»`, a long one is cut, and no secret of the input is left in it."""
+    message = str(error.message)
+    shown = repr(error.instance)
+    if _may_hold_secret(root, list(error.absolute_path)):
+        message = _without_value(message, shown, error.validator)
+    elif len(shown) > ECHOED_VALUE_CHARS and message.startswith(shown):
+        message = _cut(shown, ECHOED_VALUE_CHARS) + message[len(shown) :]
+    problem = mask(f"{_pointer(error.absolute_path)}: {message}")
+    return _cut(problem, PROBLEM_CHARS)
+
+
+def _without_value(message: str, shown: str, validator: Any) -> str:
+    """`message` with the failing value replaced by `«redacted»`; a message that names
+    the value anywhere but at its start is replaced by what was violated."""
+    if message.startswith(shown):
+        message = REDACTED + message[len(shown) :]
+    if shown in message:
+        return f"{REDACTED} does not satisfy its schema ({validator})"
+    return message
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _pointer(path: Any) -> str:
@@ -157,8 +241,8 @@ def _coerce(types: set[str], text: str) -> Any:
     if "string" not in types and ("object" in types or "array" in types):
         try:
             return msgspec.json.decode(text)
-        except msgspec.DecodeError:
-            pass
+        except (msgspec.DecodeError, RecursionError):
+            pass  # validation names it, as the text it is
     return text
 
 
@@ -185,25 +269,33 @@ def redact(tp: Any, value: Any) -> Any:
     return _redact(schema, schema, value)
 
 
-def _redact(node: dict[str, Any], root: dict[str, Any], value: Any) -> Any:
+Found = Callable[[Any], None]
+
+
+def _redact(
+    node: dict[str, Any], root: dict[str, Any], value: Any, found: Found | None = None
+) -> Any:
+    """`value` redacted by `node`; `found`, when given, is called with each value redacted."""
     if _is_sensitive(node):
+        if found is not None:
+            found(value)
         return REDACTED
     target = _resolve(node, root)
     if target is not node:
-        return _redact(target, root, value)
+        return _redact(target, root, value, found)
     if not _fits(node, value):
         return value
     for key in ("allOf", "anyOf", "oneOf"):
         for branch in node.get(key, []):
             if _fits(_resolve(branch, root), value):
-                value = _redact(branch, root, value)
+                value = _redact(branch, root, value, found)
     if isinstance(value, dict):
         props = node.get("properties", {})
         extra = node.get("additionalProperties")
         out = {}
         for k, v in value.items():
             sub = props.get(k, extra if isinstance(extra, dict) else None)
-            out[k] = _redact(sub, root, v) if sub is not None else v
+            out[k] = _redact(sub, root, v, found) if sub is not None else v
         return out
     if isinstance(value, list):
         prefix = node.get("prefixItems", [])
@@ -211,9 +303,128 @@ def _redact(node: dict[str, Any], root: dict[str, Any], value: Any) -> Any:
         out_list = []
         for i, v in enumerate(value):
             sub = prefix[i] if i < len(prefix) else items
-            out_list.append(_redact(sub, root, v) if isinstance(sub, dict) else v)
+            out_list.append(_redact(sub, root, v, found) if isinstance(sub, dict) else v)
         return out_list
     return value
+
+
+def secret_values(tp: Any, value: Any) -> frozenset[str]:
+    """The text of every sensitive member of an input, as its schema marks them: strings
+    as they are, numbers as written, the leaves of a sensitive array or object; none
+    shorter than `MIN_SECRET_CHARS`.
+
+    `value` is the input as JSON-shaped Python, a typed value, or its JSON text (`bytes`,
+    as the worker reads it); text that does not decode, or an input nested deeper than
+    `MAX_INPUT_DEPTH`, holds none that could be found.
+    """
+    if isinstance(value, bytes | bytearray | memoryview):
+        try:
+            value = msgspec.json.decode(value)
+        except (msgspec.DecodeError, RecursionError):
+            return frozenset()
+    elif isinstance(value, msgspec.Struct):
+        value = msgspec.to_builtins(value)
+    if value is None or _nested_deeper_than(value, MAX_INPUT_DEPTH):
+        return frozenset()
+    found: list[Any] = []
+    schema = schema_of(tp)
+    _redact(schema, schema, value, found.append)
+    texts = {text for item in found for text in _leaf_texts(item)}
+    return frozenset(t for t in texts if len(t) >= MIN_SECRET_CHARS)
+
+
+def _leaf_texts(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, bool) or value is None:
+        return []
+    if isinstance(value, int | float):
+        return [str(value)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _leaf_texts(v)]
+    if isinstance(value, list | tuple):
+        return [t for v in value for t in _leaf_texts(v)]
+    return []
+
+
+Mask = Callable[[str], str]
+
+
+def secret_mask(secrets: Iterable[str]) -> Mask:
+    """A function that replaces each of `secrets` in a text (as written, JSON-escaped or
+    repr-escaped) by `«redacted»`, the longest first, so a secret that contains another is
+    masked whole. Built once per set of secrets; with none, it changes nothing."""
+    forms: set[str] = set()
+    for secret in secrets:
+        forms.update((secret, msgspec.json.encode(secret).decode()[1:-1], repr(secret)[1:-1]))
+    ordered = sorted((f for f in forms if f), key=len, reverse=True)
+    if not ordered:
+        return _unchanged
+    pattern = re.compile("|".join(re.escape(f) for f in ordered))
+    return lambda text: pattern.sub(REDACTED, text)
+
+
+def _unchanged(text: str) -> str:
+    return text
+
+
+def _may_hold_secret(root: dict[str, Any], path: list[Any]) -> bool:
+    """Whether the value at `path` of an input is, holds or may be a sensitive member:
+    a node on the way to it is sensitive, or one at or below it (any branch of a union
+    counts, so a value that fits no branch is treated as the secret it may be)."""
+    nodes = _expand([root], root)
+    for key in path:
+        if any(_is_sensitive(n) for n in nodes):
+            return True
+        nodes = _expand([c for n in nodes for c in _children(n, key)], root)
+        if not nodes:
+            return False
+    return any(_holds_sensitive(n, root, set()) for n in nodes)
+
+
+def _expand(nodes: list[dict[str, Any]], root: dict[str, Any]) -> list[dict[str, Any]]:
+    """The nodes, with what each is through `$ref` and each branch of `allOf/anyOf/oneOf`."""
+    out: list[dict[str, Any]] = []
+    todo = list(nodes)
+    while todo and len(out) < 256:
+        node = todo.pop()
+        if not isinstance(node, dict) or any(node is n for n in out):
+            continue
+        out.append(node)
+        if "$ref" in node:
+            todo.append(_resolve(node, root))
+        for key in ("allOf", "anyOf", "oneOf"):
+            todo.extend(b for b in node.get(key, []) if isinstance(b, dict))
+    return out
+
+
+def _children(node: dict[str, Any], key: Any) -> list[dict[str, Any]]:
+    """The schema nodes that may describe member `key` of a value described by `node`."""
+    found: list[Any] = []
+    if isinstance(key, str):
+        found.append(node.get("properties", {}).get(key))
+        found.extend(node.get("patternProperties", {}).values())
+        found.append(node.get("additionalProperties"))
+    else:
+        prefix = node.get("prefixItems", [])
+        found.append(prefix[key] if key < len(prefix) else node.get("items"))
+    return [f for f in found if isinstance(f, dict)]
+
+
+def _holds_sensitive(node: Any, root: dict[str, Any], seen: set[str]) -> bool:
+    """Whether a sensitive node is anywhere in `node`, through `$ref`s (each once)."""
+    if isinstance(node, list):
+        return any(_holds_sensitive(n, root, seen) for n in node)
+    if not isinstance(node, dict):
+        return False
+    if _is_sensitive(node):
+        return True
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref not in seen:
+        seen.add(ref)
+        if _holds_sensitive(_resolve(node, root), root, seen):
+            return True
+    return any(_holds_sensitive(v, root, seen) for k, v in node.items() if k != "$defs")
 
 
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -247,6 +458,8 @@ __all__ = [
     "coerce_strings",
     "redact",
     "schema_of",
+    "secret_mask",
+    "secret_values",
     "to_builtins",
     "validate_input",
 ]

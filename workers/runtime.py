@@ -28,6 +28,7 @@ from majordomus.engine import Engine, call_handler
 from majordomus.errors import MajordomusError
 from majordomus.loops import Failures, stop_task, within
 from majordomus.registry import Registry
+from majordomus.schemas import secret_values
 from majordomus.states import FINAL
 from majordomus.store.clock import now_stamp
 from majordomus.store.connect import RedisClient
@@ -255,7 +256,13 @@ class WorkerRuntime:
         return await self._run_claimed(cap, execution_id, secret, slot)
 
     async def _run_claimed(self, cap: Any, execution_id: str, secret: bytes | None, slot: bool) -> str:
-        ctx = ExecutionContext(self.store, execution_id, self.worker_id, self.engine)
+        ctx = ExecutionContext(
+            self.store,
+            execution_id,
+            self.worker_id,
+            self.engine,
+            secrets=secret_values(cap.input, secret),
+        )
         run = Running(ctx, cap.id, slot)
         self.running[execution_id] = run
         try:

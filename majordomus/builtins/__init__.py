@@ -8,4 +8,5 @@ MODULES = (
     "majordomus.builtins.executions",
     "majordomus.builtins.capabilities",
     "majordomus.builtins.episodes",
+    "majordomus.builtins.queue",
 )

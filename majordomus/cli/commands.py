@@ -1,13 +1,15 @@
-"""The CLI's capability commands, generated from the registry, and `run`, `follow`, `queue`,
-`workers`.
+"""The CLI's capability commands, generated from the registry, and `run` and `follow`.
 
 Every capability with a CLI path becomes a typer command at that path: its options are the
 members of its input type (`--after`, `--limit`, ...; a required `id` is a positional
 argument), its help is its description, and `--format text|json` and `--api URL` are on
-every one. `executions.start`'s command (`majordomus run CAP`) starts the execution and
-follows it live to its end. By default a command works straight against Redis
-(`MAJORDOMUS_REDIS_URL`); with `--api URL` (or `MAJORDOMUS_API_URL`) it goes through the
-HTTP API. A failure is one line on stderr (code, message, suggestion) and an exit code
+every one; a read of state (a query that answers directly: `majordomus queue`,
+`executions list`...) also takes `--watch`, which reads it again and redraws it.
+`executions.start`'s command (`majordomus run CAP`) is a group with a command per
+capability that can run, whose options are that capability's input as above; it starts
+the execution and follows it live to its end. By default a command works straight against
+Redis (`MAJORDOMUS_REDIS_URL`); with `--api URL` (or `MAJORDOMUS_API_URL`) it goes through
+the HTTP API. A failure is one line on stderr (code, message, suggestion) and an exit code
 from `errors.EXIT_CODE`, never a traceback. Nothing here is written for one capability but
 `run`: the rest is a projection of the declarations.
 """
@@ -18,11 +20,12 @@ import asyncio
 import contextlib
 import enum
 import inspect
+import io
 import json
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +34,13 @@ import typer
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
+from rich.text import Text
+from typer.core import TyperGroup
 
 from majordomus.cli.transport import Direct, Transport, store_failure, transport, typed
 from majordomus.config import settings
 from majordomus.docs import field_docs, type_text
-from majordomus.engine import Engine
-from majordomus.errors import EXIT_CODE, ExecutionError, MajordomusError, invalid_input, refused
+from majordomus.errors import EXIT_CODE, ExecutionError, MajordomusError, invalid_input
 from majordomus.ids import require_execution_id
 from majordomus.loading import load_capabilities
 from majordomus.loops import within
@@ -62,7 +66,7 @@ GROUP_HELP = {
     "episodes": "The episodes of MCP clients: list them, close one.",
 }
 
-OWN_COMMANDS = ("follow", "queue", "workers")
+OWN_COMMANDS = ("follow",)
 
 
 class Format(enum.StrEnum):
@@ -83,6 +87,14 @@ def _format_option() -> Any:
 
 def _api_option() -> Any:
     return typer.Option(None, "--api", metavar="URL", help=API_HELP)
+
+
+def _watch_option() -> Any:
+    return typer.Option(False, "--watch", "-w", help="Read it again and redraw it until Ctrl-C.")
+
+
+def _interval_option() -> Any:
+    return typer.Option(1.0, "--interval", metavar="SECONDS", help="Between redraws.")
 
 
 # -- running a command body -------------------------------------------------------------------
@@ -157,7 +169,18 @@ class InputOption:
     help: str
 
 
-RESERVED_FLAGS = ("--format", "--api", "--help")
+RESERVED_FLAGS = (
+    "--format",
+    "--api",
+    "--help",
+    "--watch",
+    "--interval",
+    "--input",
+    "--input-file",
+    "--detach",
+)
+"""The CLI's own flags: an input member that would take one is `--input-<member>` instead,
+on its command and under `run` alike."""
 
 
 def input_options(cap: Capability) -> list[InputOption]:
@@ -262,63 +285,145 @@ def command_help(cap: Capability) -> str:
     return escape(text)
 
 
+def watchable(cap: Capability) -> bool:
+    """A read of state (a query that answers directly) can be watched: read again, redrawn."""
+    return cap.kind == "query" and not cap.executable
+
+
+def _keyword(name: str, default: Any, annotation: Any) -> inspect.Parameter:
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+    )
+
+
+def _signed(
+    command: Callable[..., None], params: list[inspect.Parameter], name: str, doc: str
+) -> Callable[..., None]:
+    """`command` as typer reads it: these parameters, this name, this help."""
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    command.__name__ = name
+    command.__doc__ = doc
+    return command
+
+
 def capability_command(cap: Capability) -> Callable[..., None]:
     """A typer command for one capability: its input as options, its answer shown."""
     options = input_options(cap)
+    watched = watchable(cap)
 
     def command(**values: Any) -> None:
         fmt: Format = values.pop("output_format")
         api: str | None = values.pop("api")
+        every: float | None = values.pop("interval") if values.pop("watch_", False) else None
         given = {o.member: values[o.param] for o in options if values.get(o.param) is not None}
-        execute(lambda: call_and_show(cap, given, fmt, api), fmt)
+        execute(lambda: call_and_show(cap, given, fmt, api, every), fmt)
 
     params = [_typer_parameter(o) for o in options]
-    params.append(
-        inspect.Parameter(
-            "output_format",
-            inspect.Parameter.KEYWORD_ONLY,
-            default=_format_option(),
-            annotation=Format,
-        )
-    )
-    params.append(
-        inspect.Parameter(
-            "api", inspect.Parameter.KEYWORD_ONLY, default=_api_option(), annotation=str | None
-        )
-    )
-    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
-    command.__annotations__ = {p.name: p.annotation for p in params}
-    command.__name__ = cap.id.replace(".", "_")
-    command.__doc__ = command_help(cap)
-    return command
+    if watched:
+        params.append(_keyword("watch_", _watch_option(), bool))
+        params.append(_keyword("interval", _interval_option(), float))
+    params.append(_keyword("output_format", _format_option(), Format))
+    params.append(_keyword("api", _api_option(), str | None))
+    return _signed(command, params, cap.id.replace(".", "_"), command_help(cap))
 
 
-async def call_and_show(
-    cap: Capability, given: dict[str, Any], fmt: Format, api: str | None
-) -> None:
+def show_answer(console: Console, cap: Capability, answer: Any, where: str) -> None:
+    """A capability's answer for people: its output type's picture, else its plain values."""
     from majordomus.builtins.capabilities import CapabilityView
     from majordomus.cli.render import RENDERERS, capability_view, generic
 
+    draw = RENDERERS.get(cap.output)
+    if draw is None:
+        generic(console, answer)
+        return
+    value: Any = typed(answer, cap.output, where)
+    if isinstance(value, CapabilityView):
+        known = registry().get(value.id)
+        capability_view(console, value, field_docs(known.input) if known else None)
+        return
+    draw(console, value)
+
+
+async def call_and_show(
+    cap: Capability,
+    given: dict[str, Any],
+    fmt: Format,
+    api: str | None,
+    every: float | None = None,
+) -> None:
+    """Call a capability once and show its answer; with `every`, again and again until Ctrl-C."""
     raw = typed_input(cap, given)
 
     async def work(t: Transport) -> None:
-        answer = await t.call(cap, raw)
+        async def read() -> Any:
+            return await t.call(cap, raw)
+
+        def draw(console: Console, answer: Any) -> None:
+            show_answer(console, cap, answer, t.where)
+
+        if every is not None:
+            await watch(read, draw, fmt, every)
+            return
+        answer = await read()
         if fmt is Format.json:
             print_json(answer)
-            return
-        console = stdout()
-        draw = RENDERERS.get(cap.output)
-        if draw is None:
-            generic(console, answer)
-            return
-        value: Any = typed(answer, cap.output, t.where)
-        if isinstance(value, CapabilityView):
-            known = registry().get(value.id)
-            capability_view(console, value, field_docs(known.input) if known else None)
-            return
-        draw(console, value)
+        else:
+            draw(stdout(), answer)
 
     await using(api, work)
+
+
+def picture(console: Console, draw: Callable[[Console, Any], None], answer: Any) -> Text:
+    """What `draw` would print on `console`, as one renderable (for a live redraw)."""
+    offscreen = Console(
+        file=io.StringIO(),
+        width=console.width,
+        force_terminal=console.is_terminal,
+        color_system=console.color_system,  # type: ignore[arg-type]
+        soft_wrap=False,
+    )
+    draw(offscreen, answer)
+    file = offscreen.file
+    assert isinstance(file, io.StringIO)
+    return Text.from_ansi(file.getvalue().rstrip("\n"))
+
+
+async def watch(
+    read: Callable[[], Awaitable[Any]],
+    draw: Callable[[Console, Any], None],
+    fmt: Format,
+    every: float,
+) -> None:
+    """Read an answer and show it every `every` seconds until Ctrl-C: redrawn in place on a
+    terminal, one after another elsewhere, one JSON answer per line with `--format json`."""
+    console = stdout()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, stop.set)
+
+    async def pause() -> None:
+        await within(every, stop.wait())
+
+    try:
+        if fmt is Format.json or not console.is_terminal:
+            while not stop.is_set():
+                answer = await read()
+                if fmt is Format.json:
+                    print_json(answer)
+                else:
+                    draw(console, answer)
+                    console.print()
+                await pause()
+            return
+        with Live(console=console, auto_refresh=False, transient=False) as live:
+            while not stop.is_set():
+                live.update(picture(console, draw, await read()), refresh=True)
+                await pause()
+    finally:
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGINT)
 
 
 # -- run and follow ----------------------------------------------------------------------------
@@ -463,61 +568,175 @@ async def follow_to_end(
     return exit_code_of(snap)
 
 
-def run_command(cap: Capability) -> Callable[..., None]:
-    """`majordomus run CAP`: the command of `executions.start`, which follows what it starts."""
+ANY_CAPABILITY = "CAP"
+"""The hidden command under `run` that any name no other command has reaches: that name is
+the capability to start, with `--input` alone (one only the API knows, or none at all)."""
 
-    def run(
-        capability: str = typer.Argument(
-            ..., metavar="CAP", help="The capability to run, e.g. executions.demonstrate."
-        ),
-        input: str | None = typer.Option(
-            None, "--input", "-i", metavar="JSON", help="Its input, a JSON object."
-        ),
-        input_file: str | None = typer.Option(
-            None,
-            "--input-file",
-            "-f",
-            metavar="FILE",
-            help="Read the input from FILE (- for stdin).",
-        ),
-        detach: bool = typer.Option(
-            False, "--detach", "-d", help="Start it, print its id and return; do not follow."
-        ),
-        output_format: Format = _format_option(),
-        api: str | None = _api_option(),
-    ) -> None:
-        execute(
-            lambda: start_and_follow(
-                cap, capability, (input, input_file), detach, output_format, api
-            ),
-            output_format,
-        )
+FOLLOWING_HELP = (
+    "Ctrl-C asks it to cancel and keeps following until it stops; a second Ctrl-C leaves it "
+    "running and says how to follow it again (majordomus follow ID). Not on a terminal: plain "
+    "lines, no bar. --detach starts it, prints its id and returns; --format json prints the "
+    "final snapshot (with --detach: the queued one)."
+)
 
-    run.__doc__ = escape(
-        f"{cap.title}, and follow it live to its end: a progress bar, the steps as they "
-        "start and finish, the log lines, then its output or its error with a suggestion. "
-        "Ctrl-C asks it to cancel and keeps following until it stops; a second Ctrl-C "
-        "leaves it running and says how to follow it again. Not on a terminal: plain "
-        "lines, no bar. With --format json: the final snapshot (with --detach: the queued "
-        f"one).\n\n{cap.description}\n\n{EXIT_CODES_HELP}"
+
+def run_help(start: Capability) -> str:
+    """`majordomus run --help`: what run does, from start to end, in one description."""
+    e = start.exposure
+    where = [f"HTTP {e.http_method} {e.http_path}"] if e.http_method and e.http_path else []
+    if e.mcp_tool:
+        where.append(f"MCP tool {e.mcp_tool}")
+    reached = f" ({', '.join(where)})" if where else ""
+    return escape(
+        "Start a capability as an execution and follow it live to its end: a progress bar, "
+        "the steps as they start and finish, the log lines, then its output, or its error "
+        "with a suggestion.\n\n"
+        "Each capability that can run is a command below, its input as options "
+        "(majordomus run executions.demonstrate --steps 10 --delay-ms 500), or whole as "
+        "--input JSON or --input-file FILE; options given beside --input replace its members. "
+        f"{FOLLOWING_HELP}\n\n"
+        f"The start itself is the capability {start.id}{reached}, which answers at once "
+        "with the queued execution; run goes on to follow it.\n\n"
+        f"{EXIT_CODES_HELP}"
     )
-    return run
+
+
+def run_capability_help(cap: Capability | None) -> str:
+    """`majordomus run CAP --help`: the capability, then how run starts and follows it."""
+    if cap is None:
+        head = "Start the capability named CAP with --input JSON and follow it to its end."
+    else:
+        head = (
+            f"Run {cap.id} as an execution and follow it live to its end.\n\n"
+            f"{cap.title}: {cap.description}\n\n"
+            "Its input as the options below, or whole as --input JSON or --input-file FILE; "
+            "options given beside --input replace its members."
+        )
+    return escape(f"{head}\n\n{FOLLOWING_HELP}\n\n{EXIT_CODES_HELP}")
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What `run` was asked to start: the capability and its input as given."""
+
+    capability: str
+    text: str | None
+    """`--input JSON`."""
+    path: str | None
+    """`--input-file FILE`."""
+    members: dict[str, Any]
+    """Members given as options, as their text."""
+    detach: bool
+
+
+def run_command(start: Capability, cap: Capability | None) -> Callable[..., None]:
+    """The command of `majordomus run <cap>`: `cap`'s input members as options, as its own
+    command has them but none required and none positional (`--input` may carry them); for
+    `cap` None, the command of any other name, with `--input` alone."""
+    options: list[InputOption] = []
+    if cap is not None:
+        options = [replace(o, positional=False, required=False) for o in input_options(cap)]
+
+    def run(**values: Any) -> None:
+        ctx: typer.Context = values.pop("ctx")
+        fmt: Format = values.pop("output_format")
+        api: str | None = values.pop("api")
+        given = RunRequest(
+            capability=cap.id if cap else str(ctx.info_name),
+            text=values.pop("input"),
+            path=values.pop("input_file"),
+            members={o.member: values[o.param] for o in options if values.get(o.param) is not None},
+            detach=values.pop("detach"),
+        )
+        execute(lambda: start_and_follow(start, cap, given, fmt, api), fmt)
+
+    params = [_keyword("ctx", inspect.Parameter.empty, typer.Context)]
+    params += [_typer_parameter(o) for o in options]
+    params += [
+        _keyword(
+            "input",
+            typer.Option(None, "--input", "-i", metavar="JSON", help="Its input, a JSON object."),
+            str | None,
+        ),
+        _keyword(
+            "input_file",
+            typer.Option(
+                None,
+                "--input-file",
+                "-f",
+                metavar="FILE",
+                help="Read the input from FILE (- for stdin).",
+            ),
+            str | None,
+        ),
+        _keyword(
+            "detach",
+            typer.Option(
+                False, "--detach", "-d", help="Start it, print its id and return; do not follow."
+            ),
+            bool,
+        ),
+        _keyword("output_format", _format_option(), Format),
+        _keyword("api", _api_option(), str | None),
+    ]
+    name = "run_" + (cap.id.replace(".", "_") if cap else "any")
+    return _signed(run, params, name, run_capability_help(cap))
+
+
+class RunGroup(TyperGroup):
+    """`majordomus run`: the command of a capability that can run, by its id; any other name
+    reaches `ANY_CAPABILITY`, so it is started (or refused, `not_found`) by the engine or the
+    API, the same line either way, rather than refused here as an unknown command."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        known = super().get_command(ctx, cmd_name)
+        if known is not None or cmd_name.startswith("-"):
+            return known
+        return super().get_command(ctx, ANY_CAPABILITY)
+
+
+def run_group(start: Capability, reg: Registry) -> typer.Typer:
+    """`majordomus run CAP`, the command of `executions.start`: one command per capability
+    that can run (`executable`), its input as options."""
+    group = typer.Typer(
+        cls=RunGroup,
+        help=run_help(start),
+        no_args_is_help=True,
+        subcommand_metavar="CAP [ARGS]...",
+    )
+    for cap in reg:
+        if cap.executable:
+            group.command(name=cap.id, short_help=escape(cap.title))(run_command(start, cap))
+    group.command(name=ANY_CAPABILITY, hidden=True)(run_command(start, None))
+    return group
+
+
+def input_of(cap: Capability | None, given: RunRequest) -> Any:
+    """The input to start with: `--input` (or its file), its members replaced by the options."""
+    raw = read_input(given.text, given.path)
+    if cap is None or not given.members:
+        return raw
+    members = typed_input(cap, given.members)
+    if raw is None:
+        return members
+    if not isinstance(raw, dict):
+        raise invalid_input(
+            "the input is not a JSON object, so options cannot give its members",
+            "give the whole input as --input JSON, or each member as an option",
+        )
+    return {**raw, **members}
 
 
 async def start_and_follow(
-    start: Capability,
-    capability: str,
-    given: tuple[str | None, str | None],
-    detach: bool,
-    fmt: Format,
-    api: str | None,
+    start: Capability, cap: Capability | None, given: RunRequest, fmt: Format, api: str | None
 ) -> int | None:
-    raw_input = read_input(*given)
+    raw_input = input_of(cap, given)
+    capability = given.capability
 
     async def work(t: Transport) -> int:
         snap = await t.call(start, {"capability": capability, "input": raw_input})
         execution_id = typed(snap, ExecutionSnapshot, t.where).id
-        if detach:
+        if given.detach:
             if fmt is Format.json:
                 print_json(snap)
             else:
@@ -559,130 +778,6 @@ def follow(
     execute(body, output_format)
 
 
-# -- queue and workers -------------------------------------------------------------------------
-
-
-def _direct_only(api: str | None, what: str) -> None:
-    """`queue` and `workers` read Redis; an explicit `--api` is refused rather than ignored.
-
-    (`MAJORDOMUS_API_URL` alone does not refuse them: they go to Redis as they always do.)
-    """
-    if api:
-        raise refused(
-            f"{what} reads the cluster's Redis directly; the API has no route for it",
-            "run it without --api where MAJORDOMUS_REDIS_URL reaches the cluster's Redis "
-            "(e.g. docker compose exec worker majordomus queue)",
-        )
-
-
-async def watch(
-    build: Callable[[], Awaitable[Any]],
-    view: Callable[[Any], Any],
-    fmt: Format,
-    every: float,
-    repeat: bool,
-) -> None:
-    """Show a report once, or redraw it every `every` seconds until Ctrl-C."""
-    console = stdout()
-    if not repeat:
-        report = await build()
-        if fmt is Format.json:
-            print_json(report)
-        else:
-            console.print(view(report))
-        return
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    with contextlib.suppress(NotImplementedError, RuntimeError):
-        loop.add_signal_handler(signal.SIGINT, stop.set)
-
-    async def pause() -> None:
-        await within(every, stop.wait())
-
-    try:
-        if fmt is Format.json or not console.is_terminal:
-            while not stop.is_set():
-                report = await build()
-                if fmt is Format.json:
-                    print_json(report)
-                else:
-                    console.print(view(report))
-                    console.print()
-                await pause()
-            return
-        with Live(console=console, auto_refresh=False, transient=False) as live:
-            while not stop.is_set():
-                live.update(view(await build()), refresh=True)
-                await pause()
-    finally:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.remove_signal_handler(signal.SIGINT)
-
-
-def _watch_option() -> Any:
-    return typer.Option(False, "--watch", "-w", help="Redraw it live until Ctrl-C.")
-
-
-def _interval_option() -> Any:
-    return typer.Option(1.0, "--interval", metavar="SECONDS", help="Between redraws.")
-
-
-def show_report(
-    command: str,
-    build: Callable[[Engine], Awaitable[Any]],
-    view: Callable[[Any], Any],
-    fmt: Format,
-    every: float,
-    repeat: bool,
-    api: str | None,
-) -> None:
-    """`majordomus queue` or `workers`: a report built on the engine over Redis, shown."""
-
-    async def body() -> None:
-        _direct_only(api, f"majordomus {command}")
-
-        async def work(t: Transport) -> None:
-            assert isinstance(t, Direct)
-            await watch(lambda: build(t.engine), view, fmt, every, repeat)
-
-        await using(None, work)
-
-    execute(body, fmt)
-
-
-def queue(
-    watch_: bool = _watch_option(),
-    interval: float = _interval_option(),
-    output_format: Format = _format_option(),
-    api: str | None = _api_option(),
-) -> None:
-    """The queue now: what waits (by capability, the oldest wait), what runs on which worker,
-    the workers and their last beat (silent ones marked), and recent failures with codes.
-
-    Read straight from MAJORDOMUS_REDIS_URL. A worker is silent when its last beat is older
-    than MAJORDOMUS_LEASE_SECONDS or its lease is gone: its executions are about to be failed
-    as unavailable. With --format json --watch: one JSON report per line.
-    """
-    from majordomus.cli.render import queue_view
-    from majordomus.reports import queue_report
-
-    show_report("queue", queue_report, queue_view, output_format, interval, watch_, api)
-
-
-def workers(
-    watch_: bool = _watch_option(),
-    interval: float = _interval_option(),
-    output_format: Format = _format_option(),
-    api: str | None = _api_option(),
-) -> None:
-    """The workers: host, pid, executions running, seconds since the last beat, silent ones
-    marked. Read straight from MAJORDOMUS_REDIS_URL."""
-    from majordomus.cli.render import workers_view
-    from majordomus.reports import worker_report
-
-    show_report("workers", worker_report, workers_view, output_format, interval, watch_, api)
-
-
 # -- mounting ------------------------------------------------------------------------------------
 
 _MOUNTED: set[int] = set()
@@ -700,7 +795,7 @@ def _existing_names(app: typer.Typer) -> set[str]:
 
 
 def register(app: typer.Typer) -> None:
-    """Mount every capability's command, and `follow`, `queue`, `workers`, on `app` (once)."""
+    """Mount every capability's command, and `follow`, on `app` (once)."""
     if id(app) in _MOUNTED:
         return
     reg = registry()
@@ -725,13 +820,11 @@ def register(app: typer.Typer) -> None:
             parent = groups[prefix]
         if cap.id == "executions.start":
             short = f"{cap.title} and follow it live to its end."
-            parent.command(name=path[-1], short_help=escape(short))(run_command(cap))
+            parent.add_typer(run_group(cap, reg), name=path[-1], short_help=escape(short))
         else:
             parent.command(name=path[-1], short_help=escape(cap.title))(capability_command(cap))
         leaves.add(tuple(path))
     app.command("follow")(follow)
-    app.command("queue")(queue)
-    app.command("workers")(workers)
     _MOUNTED.add(id(app))
 
 

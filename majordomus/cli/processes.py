@@ -58,7 +58,8 @@ def dev(
     port: int = typer.Option(8000, help="Port to bind."),
 ) -> None:
     """Run the API and a worker in one process, on MAJORDOMUS_REDIS_URL or, when none is set,
-    on an embedded Redis it starts and stops itself."""
+    on an embedded Redis or Valkey server it starts and stops itself (in-process fakeredis
+    when there is none; the banner says which)."""
     from api.launch import run_dev
 
     _logging()

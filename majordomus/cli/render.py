@@ -13,6 +13,7 @@ never passes through here.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -391,6 +392,14 @@ def generic(console: Console, value: Any) -> None:
     console.print(pretty_json(value))
 
 
+def queue_report(console: Console, report: QueueReport) -> None:
+    console.print(queue_view(report))
+
+
+def worker_report(console: Console, report: WorkerReport) -> None:
+    console.print(workers_view(report))
+
+
 RENDERERS: dict[type, Callable[[Console, Any], None]] = {
     ExecutionList: execution_list,
     ExecutionSnapshot: snapshot,
@@ -399,6 +408,8 @@ RENDERERS: dict[type, Callable[[Console, Any], None]] = {
     ProtocolInfo: protocol_info,
     CapabilityList: capability_list,
     CapabilityView: capability_view,
+    QueueReport: queue_report,
+    WorkerReport: worker_report,
 }
 """The picture of a capability's answer, by its output type (an answer of that type)."""
 
@@ -615,15 +626,20 @@ def _running_row(run: RunningExecution) -> Row:
 
 
 def failures_table(failures: list[RecentFailure]) -> RenderableType:
+    """The executions that failed or were cancelled lately, newest first, and how many of
+    each code (the README's "What to watch" reads them by code)."""
     if not failures:
-        return Text("no recent failures", style="dim")
+        return Text("no recent failures or cancellations", style="dim")
     columns: list[Column] = ["finished", "execution", "capability", "code", ("message", FOLD)]
-    return table("recent failures", columns, map(_failure_row, failures))
+    codes = Counter(f.code for f in failures)
+    caption = "by code: " + ", ".join(f"{code} {count}" for code, count in codes.most_common())
+    return table("recent failures and cancellations", columns, map(_failure_row, failures), caption)
 
 
 def _failure_row(failure: RecentFailure) -> Row:
     finished = (failure.finished_at or "")[:19].replace("T", " ")
-    code = Text(failure.code, style="red")
+    style = STATE_STYLE["cancelled"] if failure.code == "cancelled" else "red"
+    code = Text(failure.code, style=style)
     return (finished, failure.id, failure.capability, code, failure.message)
 
 

@@ -6,8 +6,9 @@ prints the same either way), and `follow` yields an execution's events (and the 
 channel's control messages) from a cursor until it is final, typed as `majordomus.model`
 has them. `Direct` drives an `Engine` on `MAJORDOMUS_REDIS_URL`, like `rq info` reads its
 Redis, through the engine's own reads (never its store); `Remote` speaks the HTTP routes
-projected from the registry and the SSE live channel. Neither renders anything: that is
-`render.py`'s job.
+projected from the registry and the SSE live channel, and names itself on every request
+(`ACTOR_HEADER: cli`) so an API that honours it attributes the CLI's starts and cancels to
+`cli`, as `Direct` does. Neither renders anything: that is `render.py`'s job.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from majordomus.engine import LIVE_PATH, Engine
 from majordomus.errors import MajordomusError, refused, unavailable
 from majordomus.ids import require_execution_id
 from majordomus.model import (
+    ACTOR_HEADER,
     EventHistory,
     ExecutionEvent,
     StreamLagged,
@@ -49,6 +51,8 @@ SSE_RECONNECTS = 5
 SSE_SILENCE_SECONDS = 90.0
 POLL_WAIT_MS = 500
 """Without a live channel, how long one `executions.wait` long poll holds between pages."""
+CLI_ACTOR = "cli"
+"""What the CLI's actions are attributed to, directly and through the API (`ACTOR_HEADER`)."""
 
 
 class Transport(Protocol):
@@ -115,7 +119,7 @@ class Direct:
         self.engine = Engine(client, registry, settings)
 
     async def call(self, cap: Capability, raw_input: dict[str, Any]) -> Any:
-        output = await self.engine.invoke(cap.id, raw_input, actor="cli")
+        output = await self.engine.invoke(cap.id, raw_input, actor=CLI_ACTOR)
         return msgspec.to_builtins(output)
 
     def follow(self, execution_id: str, after: int) -> AsyncIterator[Message]:
@@ -203,7 +207,7 @@ class Remote:
         self.registry = registry
         self.base_url = base_url.rstrip("/")
         self.where = f"the API at {shown_url(self.base_url)}"
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", ACTOR_HEADER: CLI_ACTOR}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         # Long polls (executions.wait) hold a request up to 60 s: the read timeout is longer.

