@@ -1,10 +1,20 @@
-"""Who may call: the origin check and the optional bearer token, as one ASGI middleware.
+"""Who may call: the Host check, the origin check and the optional bearer token, as one
+ASGI middleware, in front of every route: REST, the live channel and MCP at `/mcp` alike.
+
+A page on a domain its owner rebinds to this server's address (DNS rebinding) is same-origin
+with itself, so the origin check alone cannot stop it; the `Host` it sends still names that
+domain. So a request whose `Host` is not loopback (`127.0.0.1`, `localhost`, `[::1]`, any
+port), not the address the connection arrived at, and not one of `MAJORDOMUS_ALLOWED_HOSTS`
+(`host` or `host:port`; `*`: any) is refused (421 `refused`, the status the MCP SDK used),
+before anything else is looked at. The probes `/api/v1/live` and `/api/v1/ready` are not
+checked (an orchestrator probes with the Host it likes, and they hold nothing to steal); a
+request without `Host` (HTTP/1.0) names no domain and passes.
 
 A browser on another site can make a user's browser send requests here; it cannot make
 the browser lie about `Origin`. So a state-changing request (any method but GET, HEAD and
-OPTIONS) and the live channel are refused (403 `forbidden`) when they carry an `Origin`
-that is not this server's own (same scheme, host and port). A request with no `Origin`
-(curl, a script, a same-origin GET) passes. With `MAJORDOMUS_API_TOKEN` set, every route
+OPTIONS), the live channel and every request to `/mcp` are refused (403 `forbidden`) when
+they carry an `Origin` that is not this server's own (same scheme, host and port). A
+request with no `Origin` (curl, a script, a same-origin GET) passes. With `MAJORDOMUS_API_TOKEN` set, every route
 but `/api/v1/live`, `/api/v1/ready` and the static documentation shell at `/docs` needs
 `Authorization: Bearer <token>`; the shell holds no data and asks for the token itself.
 """
@@ -12,17 +22,28 @@ but `/api/v1/live`, `/api/v1/ready` and the static documentation shell at `/docs
 from __future__ import annotations
 
 import hmac
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from api.errors import send_error
-from majordomus.config import Settings
+from majordomus.config import HOST_PATTERN, Settings
 from majordomus.errors import MajordomusError
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-OPEN_PATHS = frozenset({"/api/v1/live", "/api/v1/ready", "/docs"})
+PROBE_PATHS = frozenset({"/api/v1/live", "/api/v1/ready"})
+OPEN_PATHS = PROBE_PATHS | {"/docs"}
+MCP_PATH = "/mcp"
 DEFAULT_PORTS = {"http": 80, "https": 443, "ws": 80, "wss": 443}
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
+ANY_HOST = "*"
+MISDIRECTED = 421
+"""The status of a refused Host: the request reached a server that does not answer to it."""
+
+_HOST = re.compile(HOST_PATTERN)
 
 
 def header(scope: Scope, name: bytes) -> str | None:
@@ -39,6 +60,75 @@ def _endpoint(scheme: str, netloc: str) -> tuple[str, str, int] | None:
     except ValueError:
         return None
     return scheme, (parts.hostname or "").lower(), port
+
+
+def host_and_port(value: str) -> tuple[str, int | None] | None:
+    """`api:8000` as `("api", 8000)`, `[::1]` as `("::1", None)`; None when it is no Host."""
+    matched = _HOST.fullmatch(value.strip())
+    if matched is None:
+        return None
+    name = matched[1].lower()
+    if name.startswith("["):
+        name = name[1:-1]
+    return name, int(matched[2][1:]) if matched[2] else None
+
+
+@dataclass(frozen=True)
+class AllowedHosts:
+    """The `Host` values this server answers to besides loopback and its own address.
+
+    An entry without a port allows that name on any port; `*` allows every Host.
+    """
+
+    entries: frozenset[tuple[str, int | None]]
+    any_host: bool = False
+
+    @classmethod
+    def of(cls, hosts: Iterable[str]) -> AllowedHosts:
+        entries: set[tuple[str, int | None]] = set()
+        any_host = False
+        for given in hosts:
+            if given.strip() == ANY_HOST:
+                any_host = True
+                continue
+            parsed = host_and_port(given)
+            if parsed is None:
+                raise ValueError(f"MAJORDOMUS_ALLOWED_HOSTS: {given!r} is not a host or host:port")
+            entries.add(parsed)
+        return cls(frozenset(entries), any_host)
+
+    def allow(self, scope: Scope) -> bool:
+        """Whether the request's `Host` is one this server answers to."""
+        given = header(scope, b"host")
+        if self.any_host or given is None:
+            return True
+        parsed = host_and_port(given)
+        if parsed is None:
+            return False
+        name, port = parsed
+        if name in LOOPBACK_NAMES or (name, None) in self.entries:
+            return True
+        port = port or DEFAULT_PORTS.get(str(scope.get("scheme", "http")), 0)
+        return (name, port) in self.entries or (name, port) == own_address(scope)
+
+
+def own_address(scope: Scope) -> tuple[str, int] | None:
+    """The address and port the connection arrived at (the bound one, or the interface's
+    when bound to all of them), as a Host names it."""
+    server = scope.get("server")
+    if not server or len(server) != 2 or not isinstance(server[1], int):
+        return None
+    return str(server[0]).lower(), server[1]
+
+
+def misdirected(scope: Scope) -> MajordomusError:
+    shown = (header(scope, b"host") or "")[:200]
+    return MajordomusError(
+        "refused",
+        f"this server does not answer to the host {shown!r}",
+        "reach it at 127.0.0.1 or localhost, or list the host (host or host:port) in "
+        "MAJORDOMUS_ALLOWED_HOSTS",
+    )
 
 
 def is_foreign_origin(scope: Scope) -> bool:
@@ -59,6 +149,17 @@ def is_foreign_origin(scope: Scope) -> bool:
     return theirs is None or ours is None or theirs != ours
 
 
+def request_path(scope: Scope) -> str:
+    """The path of the request line. Litestar has already made `path` relative to a mount
+    (`/mcp/x` is `/x` to the middleware), so the raw one is read where the server gives it."""
+    raw = scope.get("raw_path")
+    return raw.decode("latin-1") if isinstance(raw, bytes) else str(scope.get("path", ""))
+
+
+def is_mcp(path: str) -> bool:
+    return path == MCP_PATH or path.startswith(MCP_PATH + "/")
+
+
 def token_problem(scope: Scope, token: str) -> str | None:
     """Why the request's bearer token does not do, or None when it does."""
     given = header(scope, b"authorization")
@@ -73,18 +174,23 @@ def token_problem(scope: Scope, token: str) -> str | None:
 
 
 class AccessGuard:
-    """Refuses foreign origins and (when configured) requests without the bearer token."""
+    """Refuses other Hosts, foreign origins and (when configured) requests without the
+    bearer token."""
 
     def __init__(self, app: ASGIApp, settings: Settings, live_path: str = "/events") -> None:
         self.app = app
         self.token = settings.api_token or None
         self.live_path = live_path
+        self.hosts = AllowedHosts.of(settings.allowed_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = scope.get("path", "")
+        path = request_path(scope)
+        if path not in PROBE_PATHS and not self.hosts.allow(scope):
+            await send_error(send, misdirected(scope), MISDIRECTED)
+            return
         if self.token and path not in OPEN_PATHS:
             problem = token_problem(scope, self.token)
             if problem:
@@ -95,7 +201,7 @@ class AccessGuard:
                     ),
                 )
                 return
-        guarded = scope.get("method") not in SAFE_METHODS or path == self.live_path
+        guarded = scope.get("method") not in SAFE_METHODS or path == self.live_path or is_mcp(path)
         if guarded and is_foreign_origin(scope):
             await send_error(
                 send,

@@ -217,11 +217,11 @@ def create_app(
     openapi_document_endpoint = StaticDocument(document, JSON)
     docs_page_endpoint = StaticDocument(DOCS_HTML.encode(), HTML)
 
-    @asgi("/openapi.json", include_in_schema=False)
+    @asgi("/openapi.json", copy_scope=True, include_in_schema=False)
     async def openapi_json(scope: Scope, receive: Receive, send: Send) -> None:
         await openapi_document_endpoint(scope, receive, send)
 
-    @asgi("/docs", include_in_schema=False)
+    @asgi("/docs", copy_scope=True, include_in_schema=False)
     async def docs_page(scope: Scope, receive: Receive, send: Send) -> None:
         await docs_page_endpoint(scope, receive, send)
 
@@ -253,7 +253,7 @@ def create_app(
             )
         return json_response(ProbeStatus("ready", hub.listeners, hub.channels, len(workers)))
 
-    @asgi(LIVE_PATH, include_in_schema=False)
+    @asgi(LIVE_PATH, copy_scope=True, include_in_schema=False)
     async def live_channel(scope: Scope, receive: Receive, send: Send) -> None:
         await channel(scope, receive, send)
 

@@ -9,6 +9,9 @@ which its banner says plainly. Both stop cleanly on Ctrl-C or SIGTERM: the live 
 end with `stream.closing`, the worker cancels what it was running, and then, last, an
 embedded Redis is stopped and removed (it runs in a session of its own, so the terminal's
 Ctrl-C reaches only `dev`, and it is there while the worker writes its last events).
+Once its API answers, `dev` leaves a record of itself (its API's URL, its Redis, its pid:
+`majordomus.cli.transport.DevRecord`, at `dev_record_path()`, per user) by which the CLI in
+another terminal finds it and goes through its API, and removes it first when it stops.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
+import os
 import signal
 import textwrap
 import threading
@@ -27,12 +32,15 @@ import uvicorn
 
 from api.app import API_MAX_CONNECTIONS, client_name, create_app
 from api.live import FeedHub
+from majordomus.cli.transport import DevRecord, remove_dev_record, write_dev_record
 from majordomus.config import Settings, shown_url
 from majordomus.engine import LIVE_PATH, Engine
 from majordomus.loading import load_capabilities
 from majordomus.loops import within
 from majordomus.store.connect import DEFAULT_URL
 from majordomus.store.embedded import DevRedis
+
+log = logging.getLogger("majordomus.launch")
 
 GRACEFUL_SHUTDOWN_SECONDS = 5
 """How long uvicorn waits for open requests (a long poll, say) before cancelling them."""
@@ -133,6 +141,8 @@ async def _dev(host: str, port: int, settings: Settings, redis: DevRedis) -> Non
     try:
         await server.serve()
     finally:
+        # First, so that no command started from now on goes to a dev that is stopping.
+        remove_dev_record(os.getpid())
         banner.cancel()
         await _stop_worker(worker, worker_task, settings)
         with contextlib.suppress(Exception):
@@ -149,6 +159,7 @@ async def _print_banner(
         await asyncio.sleep(0.05)
     base = f"http://{host}:{port}"
     mcp = f"{base}/mcp" if app.state.mcp is not None else "not mounted"
+    record = _record_itself(host, port, redis)
     lines = [
         "",
         "majordomus dev: the API and a worker in this process",
@@ -159,10 +170,36 @@ async def _print_banner(
         f"  Redis   {redis.description}",
         *_indented(redis.notes),
         f"  worker  in this process, {settings.max_jobs} executions at once",
+        f"  CLI     {record}",
         "  Ctrl-C stops everything.",
         "",
     ]
     print("\n".join(lines), flush=True)
+
+
+def _record_itself(host: str, port: int, redis: DevRedis) -> str:
+    """Leave the record the CLI finds this dev by; what the banner says of it."""
+    record = DevRecord(
+        api_url=f"http://{_reachable_host(host)}:{port}",
+        pid=os.getpid(),
+        redis=redis.description,
+        redis_url=shown_url(redis.url) if redis.url else None,
+    )
+    try:
+        path = write_dev_record(record)
+    except OSError as exc:
+        log.warning("cannot record this dev for the CLI to find (%s)", exc)
+        return f"not findable by itself: use --api {record.api_url} in other terminals"
+    return f"majordomus commands in other terminals use this dev (recorded in {path})"
+
+
+def _reachable_host(host: str) -> str:
+    """The address a client on this machine reaches a server bound to `host` by."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host
 
 
 def _indented(notes: tuple[str, ...]) -> list[str]:
@@ -172,7 +209,12 @@ def _indented(notes: tuple[str, ...]) -> list[str]:
         line
         for note in notes
         for line in textwrap.wrap(
-            note, 90, initial_indent=indent, subsequent_indent=indent, break_long_words=False
+            note,
+            90,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_long_words=False,
+            break_on_hyphens=False,  # a path stays whole, to be copied
         )
     ]
 

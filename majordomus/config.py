@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import os
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 
 ENV_PREFIX = "MAJORDOMUS_"
+
+HOST_PATTERN = r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:[0-9]{1,5})?"
+"""A `Host` as a client writes it: a name, an IPv4 address or a bracketed IPv6 one, then an
+optional port; nothing else (no scheme, path or user)."""
+
+AllowedHost = Annotated[str, msgspec.Meta(pattern=f"^(\\*|{HOST_PATTERN})$")]
+
+LIST_SETTINGS = frozenset({"capabilities", "allowed_hosts"})
+"""Settings written as comma-separated lists in the environment."""
 
 
 class Settings(msgspec.Struct, kw_only=True, frozen=True):
@@ -43,6 +52,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     """Seconds between comment heartbeats on a live channel."""
     api_token: str | None = None
     """When set, every API route but live/ready needs `Authorization: Bearer <token>`."""
+    allowed_hosts: list[AllowedHost] = []
+    """Comma-separated `host` or `host:port` the API answers to besides loopback and its own
+    address; any other `Host` is refused (421). `*` allows any: unsafe without a token."""
     reattach_grace: float = 900.0
     """Seconds a detached episode waits for its client before the reaper closes it."""
     poll_seconds: float = 1.0
@@ -62,7 +74,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             value = env.get(ENV_PREFIX + name.upper())
             if value is None or value == "":
                 continue
-            if name == "capabilities":
+            if name in LIST_SETTINGS:
                 raw[name] = [m.strip() for m in value.split(",") if m.strip()]
             else:
                 raw[name] = value

@@ -134,7 +134,8 @@ class Registry:
         if cap is None:
             raise not_found(
                 f"there is no capability {cap_id!r}",
-                "list them with GET /api/v1/capabilities or 'majordomus capabilities list'",
+                "list them with GET /api/v1/capabilities or 'majordomus capabilities list'; a "
+                "capability of your own is loaded by naming its module in MAJORDOMUS_CAPABILITIES",
             )
         return cap
 

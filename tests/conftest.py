@@ -16,6 +16,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -32,6 +33,11 @@ from majordomus.store.embedded import EmbeddedRedis, install_hint, redis_server_
 
 ROOT = Path(__file__).resolve().parent.parent
 load_capabilities(["tests.capabilities"])
+
+# Where a `majordomus dev` records itself for the CLI (`majordomus.cli.transport`): a place
+# of the suite's own, inherited by every child, so the suite's dev processes and CLI
+# children never meet a developer's real dev, nor it them.
+os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="majordomus-tests-run-")
 
 _embedded: EmbeddedRedis | None = None
 _url: str | None = None

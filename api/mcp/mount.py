@@ -1,17 +1,18 @@
 """The MCP server over Streamable HTTP, as the API mounts it at `/mcp`.
 
-`build_mcp` wraps an `McpSurface` in the SDK's session manager with the Host and Origin
-checks the MCP specification asks for (a DNS-rebinding defence): the loopback names on any
-port are allowed, and whatever `hosts` the server is reached at. This module does not own
-the HTTP app: the API mounts `McpMount.asgi` and runs `McpMount.lifespan()` in its own
-lifespan.
+`build_mcp` wraps an `McpSurface` in the SDK's session manager. The Host and Origin checks
+the MCP specification asks for (a DNS-rebinding defence) are not the SDK's here: the API's
+`api.access.AccessGuard` applies them to `/mcp` exactly as to REST and the live channel
+(loopback, the server's own address and `MAJORDOMUS_ALLOWED_HOSTS`), so a refused Host gets
+the same 421 envelope on all three. This module does not own the HTTP app: the API mounts
+`McpMount.asgi` behind that guard and runs `McpMount.lifespan()` in its own lifespan.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
@@ -21,21 +22,12 @@ from api.mcp.server import McpSurface
 from majordomus.config import Settings
 from majordomus.engine import Engine
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
-
-def transport_security(hosts: Sequence[str] = ()) -> TransportSecuritySettings:
-    """The Host and Origin checks: loopback on any port, plus the hosts the server is reached at.
-
-    `hosts` are `host:port` as clients write them in the URL (e.g. `api.internal:8000`); the
-    same hosts are allowed as `http://` and `https://` origins. A request without `Origin`
-    (every non-browser client) passes the origin check.
-    """
-    allowed = [*LOOPBACK_HOSTS, *(f"{h}:*" for h in LOOPBACK_HOSTS), *hosts]
-    origins = [f"{scheme}://{h}" for scheme in ("http", "https") for h in allowed]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True, allowed_hosts=allowed, allowed_origins=origins
-    )
+def transport_security() -> TransportSecuritySettings:
+    """The SDK's own Host and Origin checks, off: `api.access.AccessGuard` makes them in
+    front of `/mcp`, with the API's one list of allowed hosts (the SDK would answer a
+    plain-text 421 of its own, from a list of its own)."""
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
 
 
 @dataclass
@@ -60,18 +52,15 @@ class McpMount:
             yield
 
 
-def build_mcp(engine: Engine, settings: Settings, *, hosts: Sequence[str] = ()) -> McpMount:
-    """The MCP surface over `engine`, ready to mount at `/mcp`.
-
-    `hosts`: the `host:port` names clients reach this server at besides loopback (the bound
-    interface's name or address when it is not 127.0.0.1); any other Host is answered 421.
-    """
+def build_mcp(engine: Engine, settings: Settings) -> McpMount:
+    """The MCP surface over `engine`, ready to mount at `/mcp` behind `api.access.AccessGuard`
+    (which checks Host and Origin for it)."""
     surface = McpSurface(engine, settings)
     manager = StreamableHTTPSessionManager(
         app=surface.server,
         json_response=False,
         stateless=False,
-        security_settings=transport_security(hosts),
+        security_settings=transport_security(),
     )
     surface.held.connected = lambda conn: session_connected(manager, conn.session_id)
     return McpMount(surface, manager)

@@ -7,10 +7,12 @@ every one; a read of state (a query that answers directly: `majordomus queue`,
 `executions list`...) also takes `--watch`, which reads it again and redraws it.
 `executions.start`'s command (`majordomus run CAP`) is a group with a command per
 capability that can run, whose options are that capability's input as above; it starts
-the execution and follows it live to its end. By default a command works straight against
-Redis (`MAJORDOMUS_REDIS_URL`); with `--api URL` (or `MAJORDOMUS_API_URL`) it goes through
-the HTTP API. A failure is one line on stderr (code, message, suggestion) and an exit code
-from `errors.EXIT_CODE`, never a traceback. Nothing here is written for one capability but
+the execution and follows it live to its end. A command works straight against Redis
+(`MAJORDOMUS_REDIS_URL`); with `--api URL` (or `MAJORDOMUS_API_URL`) it goes through the
+HTTP API; with neither, through the API of a running `majordomus dev` (found by its record,
+which it says in one line on stderr), else against the default Redis, named as the default
+(`transport.transport`). A failure is one line on stderr (code, message, suggestion) and an
+exit code from `errors.EXIT_CODE`, never a traceback. Nothing here is written for one capability but
 `run`: the rest is a projection of the declarations.
 """
 
@@ -77,7 +79,8 @@ class Format(enum.StrEnum):
 FORMAT_HELP = "text for people; json for scripts (the capability's answer exactly)."
 API_HELP = (
     "Go through the majordomus API at URL instead of straight to Redis "
-    "(default: MAJORDOMUS_API_URL; token: MAJORDOMUS_API_TOKEN)."
+    "(default: MAJORDOMUS_API_URL; with neither it nor MAJORDOMUS_REDIS_URL, the API of a "
+    "running majordomus dev; token: MAJORDOMUS_API_TOKEN)."
 )
 
 
@@ -139,6 +142,8 @@ def execute(body: Callable[[], Coroutine[Any, Any, int | None]], fmt: Format = F
 async def using(api: str | None, work: Callable[[Transport], Awaitable[int | None]]) -> int | None:
     """Open the transport `--api` asks for, run `work` on it, close it; Redis failures named."""
     t = transport(settings(), registry(), api)
+    if t.found:
+        typer.echo(t.found, err=True)
     try:
         return await work(t)
     except StoreFailure as exc:
@@ -461,18 +466,25 @@ def exit_code_of(snap: ExecutionSnapshot) -> int:
 
 
 async def warn_without_workers(t: Transport, errors: Console) -> None:
-    """Straight on Redis, say so when no worker is beating: the execution would only wait."""
-    if not isinstance(t, Direct):
-        return
-    from majordomus.reports import worker_presence
+    """Say so when no worker is beating, naming the Redis or API looked at: the execution
+    would only wait. An API that cannot say (an older one, without `queue.workers`) is
+    passed over in silence; straight on Redis, a failure is the command's."""
+    from majordomus.reports import WorkerReport
 
-    workers = await worker_presence(t.engine)
-    if not any(not w.silent and w.accepting for w in workers):
+    try:
+        answer = await t.call(registry().require("queue.workers"), {})
+        report = typed(answer, WorkerReport, t.where)
+    except MajordomusError:
+        if isinstance(t, Direct):
+            raise
+        return
+    if not any(not w.silent and w.accepting for w in report.workers):
         errors.print(
-            "no worker is taking work on this Redis: it stays queued until one starts "
-            "(majordomus worker)",
+            f"no worker is taking work on {t.where}: it stays queued until one starts "
+            "(majordomus worker, on the same Redis)",
             style="yellow",
             highlight=False,
+            markup=False,
         )
 
 

@@ -9,13 +9,23 @@ Redis, through the engine's own reads (never its store); `Remote` speaks the HTT
 projected from the registry and the SSE live channel, and names itself on every request
 (`ACTOR_HEADER: cli`) so an API that honours it attributes the CLI's starts and cancels to
 `cli`, as `Direct` does. Neither renders anything: that is `render.py`'s job.
+
+Which one a command uses (`transport`): `--api URL` or `MAJORDOMUS_API_URL`, through that
+API; else `MAJORDOMUS_REDIS_URL`, straight to it; else a `majordomus dev` running for this
+user, found by the record it keeps (`DevRecord`, at `dev_record_path()`), through its API,
+which reaches whatever Redis dev runs on, in-process fakeredis included; else, as before,
+straight to `DEFAULT_URL`, named as the default in every message that mentions it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any, Protocol, TypeVar, Union
 
 import httpx
@@ -58,6 +68,9 @@ CLI_ACTOR = "cli"
 class Transport(Protocol):
     where: str
     """Where the answers come from, for messages: `Redis at …` or `the API at …`."""
+    found: str | None
+    """How the CLI came to this transport when it found it by itself (a running `dev`): a
+    line for stderr; None when the command line or the environment named it."""
 
     async def call(self, cap: Capability, raw_input: dict[str, Any]) -> Any: ...
 
@@ -111,9 +124,15 @@ def typed(answer: Any, kind: type[T], where: str) -> T:
 class Direct:
     """Capabilities run here, on an engine over the shared Redis."""
 
-    def __init__(self, settings: Settings, registry: Registry) -> None:
+    def __init__(
+        self, settings: Settings, registry: Registry, defaulted: str | None = None
+    ) -> None:
+        """`defaulted`: why no Redis was named, when `DEFAULT_URL` is used for want of one."""
         url = settings.redis_url or DEFAULT_URL
         self.where = f"Redis at {shown_url(url)}"
+        if not settings.redis_url:
+            self.where += f" (the default: {defaulted or 'MAJORDOMUS_REDIS_URL is unset'})"
+        self.found: str | None = None
         # A URL that is no Redis URL is refused here, as `invalid_input`.
         client = connect(url, connect_timeout=REDIS_CONNECT_SECONDS)
         self.engine = Engine(client, registry, settings)
@@ -141,8 +160,8 @@ def store_failure(exc: StoreFailure, where: str) -> MajordomusError:
     if isinstance(exc, (*UNREACHABLE, OSError)):
         return unavailable(
             f"cannot reach {where} ({exc})",
-            "start Redis, point MAJORDOMUS_REDIS_URL at it, or go through an API with "
-            "--api URL (majordomus dev serves one on http://127.0.0.1:8000)",
+            "start majordomus dev, which commands in other terminals find by themselves; "
+            "or point MAJORDOMUS_REDIS_URL at a Redis, or go through an API with --api URL",
         )
     return unavailable(f"{where} answered an error ({exc})", "check the Redis server's log")
 
@@ -203,10 +222,19 @@ def error_of_response(response: httpx.Response) -> MajordomusError:
 class Remote:
     """Capabilities called over the HTTP API; events followed on its live channel."""
 
-    def __init__(self, base_url: str, registry: Registry, token: str | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        registry: Registry,
+        token: str | None = None,
+        *,
+        found: str | None = None,
+    ) -> None:
+        """`found`: the line saying how the CLI found this API by itself (a running `dev`)."""
         self.registry = registry
         self.base_url = base_url.rstrip("/")
         self.where = f"the API at {shown_url(self.base_url)}"
+        self.found = found
         headers = {"Accept": "application/json", ACTOR_HEADER: CLI_ACTOR}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -215,6 +243,8 @@ class Remote:
             base_url=self.base_url,
             headers=headers,
             timeout=httpx.Timeout(90.0, connect=10.0),
+            # A dev found on this machine is on loopback: no proxy of the environment applies.
+            trust_env=found is None,
         )
 
     async def call(self, cap: Capability, raw_input: dict[str, Any]) -> Any:
@@ -340,9 +370,137 @@ def live_message(raw: Any) -> Message | None:
         return None
 
 
+# -- finding a running dev --------------------------------------------------------------------
+
+DEV_RECORD_NAME = "dev.json"
+DEV_PROBE_SECONDS = 2.0
+"""How long the found dev's API has to answer `/api/v1/live` before it is passed over."""
+LIVE_PROBE_PATH = "/api/v1/live"
+
+
+class DevRecord(msgspec.Struct, frozen=True):
+    """What a running `majordomus dev` leaves for the CLI in other terminals to find it by
+    (written by `api.launch.run_dev` once its API answers, removed when it stops), as one
+    JSON object: `{"api_url": ..., "pid": ..., "redis": ..., "redis_url": ...}`. Members
+    a newer `dev` adds are passed over."""
+
+    api_url: str
+    """Its API's base URL, as a client on this machine reaches it (`http://127.0.0.1:8000`)."""
+    pid: int
+    """Its process: a record whose process is gone (dev was killed) is passed over."""
+    redis: str
+    """Which Redis it runs on, as its banner says it (any password shown as `***`)."""
+    redis_url: str | None = None
+    """That Redis's URL, password shown as `***`; None for in-process fakeredis."""
+
+
+def dev_record_path(environ: dict[str, str] | None = None) -> Path:
+    """Where a running `dev` keeps its record, per user: `$XDG_RUNTIME_DIR/majordomus/dev.json`
+    (the per-user runtime directory, emptied at logout and reboot) when that is set to an
+    absolute path; else `$XDG_CACHE_HOME/majordomus/dev.json`, `~/.cache/majordomus/dev.json`
+    by default; else, with no home at all, `<temp dir>/majordomus-<uid>/dev.json`. A record
+    outliving its `dev` (killed by SIGKILL, say) is harmless: its pid is gone, or its API
+    does not answer, and it is passed over."""
+    env = os.environ if environ is None else environ
+    runtime = env.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(runtime):
+        return Path(runtime) / "majordomus" / DEV_RECORD_NAME
+    cache = env.get("XDG_CACHE_HOME", "")
+    if os.path.isabs(cache):
+        return Path(cache) / "majordomus" / DEV_RECORD_NAME
+    try:
+        return Path.home() / ".cache" / "majordomus" / DEV_RECORD_NAME
+    except RuntimeError:  # no HOME and no password entry
+        uid = os.getuid() if hasattr(os, "getuid") else "user"
+        return Path(tempfile.gettempdir()) / f"majordomus-{uid}" / DEV_RECORD_NAME
+
+
+def write_dev_record(record: DevRecord, path: Path | None = None) -> Path:
+    """Write `record` whole (a reader never sees half of it), readable by this user alone;
+    a `dev` started later replaces the record of one still running. Raises OSError."""
+    path = path or dev_record_path()
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    scratch = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as file:
+        file.write(msgspec.json.encode(record))
+    os.replace(scratch, path)
+    return path
+
+
+def read_dev_record(path: Path | None = None) -> DevRecord | None:
+    """The record at `path`, or None when there is none or it cannot be read."""
+    try:
+        return msgspec.json.decode((path or dev_record_path()).read_bytes(), type=DevRecord)
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
+def remove_dev_record(pid: int, path: Path | None = None) -> None:
+    """Remove the record if it is still `pid`'s (not that of a `dev` started since)."""
+    path = path or dev_record_path()
+    record = read_dev_record(path)
+    if record is not None and record.pid == pid:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive, though not likely our dev
+        return True
+    except OSError:
+        return False
+    return True
+
+
+def api_answers(base_url: str) -> bool:
+    try:
+        response = httpx.get(
+            base_url.rstrip("/") + LIVE_PROBE_PATH, timeout=DEV_PROBE_SECONDS, trust_env=False
+        )
+    except httpx.HTTPError:
+        return False
+    return response.status_code == 200
+
+
+def running_dev(path: Path | None = None) -> tuple[DevRecord | None, str]:
+    """The `dev` this user runs, when its record names a live process whose API answers;
+    and, either way, a clause saying what was found, for messages."""
+    path = path or dev_record_path()
+    record = read_dev_record(path)
+    if record is None:
+        return None, "MAJORDOMUS_REDIS_URL is unset, and no majordomus dev is running"
+    if not process_alive(record.pid):
+        return None, (
+            f"MAJORDOMUS_REDIS_URL is unset, and the majordomus dev recorded in {path}, "
+            f"pid {record.pid}, is gone"
+        )
+    if not api_answers(record.api_url):
+        return None, (
+            f"MAJORDOMUS_REDIS_URL is unset, and the majordomus dev recorded in {path}, "
+            f"pid {record.pid}, does not answer at {record.api_url}"
+        )
+    return record, f"recorded in {path}"
+
+
 def transport(settings: Settings, registry: Registry, api: str | None) -> Transport:
-    """`--api URL` (or `MAJORDOMUS_API_URL`) goes through the API; otherwise straight to Redis."""
+    """`--api URL` (or `MAJORDOMUS_API_URL`) goes through that API; `MAJORDOMUS_REDIS_URL`
+    straight to Redis; with neither, through the API of a running `majordomus dev`, else
+    straight to the default Redis, which messages then call the default and say why."""
     url = api or settings.api_url
     if url:
         return Remote(url, registry, settings.api_token)
-    return Direct(settings, registry)
+    if settings.redis_url:
+        return Direct(settings, registry)
+    dev, why = running_dev()
+    if dev is None:
+        return Direct(settings, registry, defaulted=why)
+    on = dev.redis_url or "its in-process fakeredis"
+    found = (
+        f"majordomus: using the majordomus dev API at {dev.api_url} (pid {dev.pid}, on {on}; {why})"
+    )
+    return Remote(dev.api_url, registry, settings.api_token, found=found)

@@ -133,7 +133,7 @@ async def test_waiting_for_a_slot_holds_no_worker_and_makes_no_redis_traffic(
 ) -> None:
     engine, redis = private_engine, private_engine.redis
     async with running_worker(redis, engine.settings, max_jobs=5):
-        holder = await engine.start("tests.serial", {"seconds": 22})
+        holder = await engine.start("tests.serial", {"seconds": 60})  # cancelled below
         await until(lambda: _is_running(engine, holder.id))
         # The same worker and holder for as long, first with nothing waiting, then with
         # 100 waiting: the difference is what waiting costs (retried every 50 ms, as it
