@@ -1,10 +1,14 @@
 """arq's `WorkerSettings` for majordomus, and the one job function every execution runs as.
 
-Run a worker with `majordomus worker` (or `arq workers.settings.WorkerSettings`). Jobs are
+Run a worker with `majordomus worker`; `arq workers.settings.WorkerSettings --check` reads
+its health record. arq's own command cannot run one: it builds arq's `Worker`, whose job
+keys are arq's (`arq:job:<id>`), not the prefix's, so the startup refuses it. Jobs are
 serialized with msgspec's MessagePack, never pickle; results are not kept (the execution's
 snapshot is the result); arq's own retries are off because an execution never runs twice.
 arq's per-job log lines are off too: an execution's events already say when it started and
-how it ended, and writing two lines a job cost a tenth of a busy worker's time.
+how it ended, and writing two lines a job cost a tenth of a busy worker's time. Every key
+the worker names (its queue, its health record, and the jobs' keys, which
+`MajordomusWorker` builds through the store) is under `MAJORDOMUS_KEY_PREFIX`.
 """
 
 from __future__ import annotations
@@ -19,11 +23,16 @@ from arq.worker import func
 from majordomus.config import Settings, settings
 from majordomus.loading import load_capabilities
 from majordomus.store.connect import DEFAULT_URL, connect
+from majordomus.store.keys import Keys
 from majordomus.store.queue import RUN_EXECUTION
 from workers.runtime import WorkerRuntime
 
+MAJORDOMUS_WORKER = "majordomus_worker"
+"""The mark `MajordomusWorker` sets in arq's ctx before the startup, which checks it."""
+
 JOB_TIMEOUT_SECONDS = 7 * 24 * 3600
-"""arq's own job timeout, out of the way: cancellation and leases bound executions."""
+"""arq's job timeout, out of the way: no run is bounded by it (cancellation and leases bound
+executions); arq derives from it how long a job's in-progress mark lasts (10 s more)."""
 
 
 async def run_execution(ctx: dict[str, Any], execution_id: str, capability: str) -> str:
@@ -32,6 +41,11 @@ async def run_execution(ctx: dict[str, Any], execution_id: str, capability: str)
 
 
 async def startup(ctx: dict[str, Any]) -> None:
+    if not ctx.get(MAJORDOMUS_WORKER):
+        raise RuntimeError(
+            "majordomus jobs run on MajordomusWorker (`majordomus worker`), not on arq's own "
+            "Worker, which names their keys arq:job:<id>, not MAJORDOMUS_KEY_PREFIX's"
+        )
     cfg: Settings = ctx.get("settings") or settings()
     registry = load_capabilities(cfg.capabilities)
     redis = ctx.get("majordomus_redis") or ctx["redis"]
@@ -48,11 +62,13 @@ async def shutdown(ctx: dict[str, Any]) -> None:
 
 def worker_options(cfg: Settings) -> dict[str, Any]:
     """The arq Worker's keyword arguments for these settings."""
+    keys = Keys(cfg.key_prefix)
     return {
         "functions": [
             func(run_execution, name=RUN_EXECUTION, timeout=JOB_TIMEOUT_SECONDS, max_tries=10**9)
         ],
-        "queue_name": f"{cfg.key_prefix}:queue",
+        "queue_name": keys.queue,
+        "health_check_key": keys.health_check,
         "on_startup": startup,
         "on_shutdown": shutdown,
         "max_jobs": cfg.max_jobs,
@@ -70,7 +86,8 @@ class WorkerSettings:
 
     _cfg = settings()
     functions = worker_options(_cfg)["functions"]
-    queue_name = f"{_cfg.key_prefix}:queue"
+    queue_name = Keys(_cfg.key_prefix).queue
+    health_check_key = Keys(_cfg.key_prefix).health_check
     on_startup = startup
     on_shutdown = shutdown
     max_jobs = _cfg.max_jobs

@@ -25,7 +25,7 @@ from majordomus.store.base import StoreBase
 from majordomus.store.clock import now_stamp
 from majordomus.store.connect import RedisClient
 from majordomus.store.feed import FeedStore
-from majordomus.store.queue import QueueStore, arq_job_key, in_progress_key, retry_key
+from majordomus.store.queue import QueueStore
 from majordomus.store.signals import SignalStore
 from majordomus.store.workers import WorkerStore
 
@@ -96,7 +96,7 @@ class ExecutionStore(StoreBase):
             k.queued,
             k.secret_input(execution_id),
             k.queue,
-            arq_job_key(execution_id),
+            k.job(execution_id),
             k.created_counter,
         ]
         args: list[bytes | str | int | float] = [
@@ -142,9 +142,8 @@ class ExecutionStore(StoreBase):
             k.finished,
             k.secret_input(execution_id),
             k.queue,
-            arq_job_key(execution_id),
-            in_progress_key(execution_id),
-            retry_key(execution_id),
+            k.job(execution_id),
+            k.in_progress(execution_id),
             k.taken,
         ]
         args: list[Any] = [

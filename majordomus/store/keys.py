@@ -1,9 +1,15 @@
-"""Every Redis key majordomus writes, built in this one module.
+"""Every Redis key majordomus writes, built in this one module, arq's included.
 
-Keys of one execution share the hash tag `{<execution id>}`, so a Redis Cluster keeps them
-in one slot. The indexes (all executions, by state, finished) and the global feed are
-process-wide keys; the scripts that touch both an execution and an index are therefore
-single-node (or Sentinel) operations, which is what majordomus is deployed on today.
+Every key starts with the prefix (`MAJORDOMUS_KEY_PREFIX`), so deployments with different
+prefixes share a database without sharing a key: the keys arq's worker would name from its
+module constants (`arq:job:<id>`, `arq:in-progress:<id>`, ...) are named here instead, and
+`workers/worker.py` runs jobs with these (arq's retry, result and abort keys are never
+written: majordomus does not retry a job, keeps no result and aborts through its own
+cancel). Keys of one execution share the hash tag `{<execution id>}`, arq's job and
+in-progress mark too, so a Redis Cluster keeps them in one slot. The indexes (all
+executions, by state, finished) and the global feed are process-wide keys; the scripts that
+touch both an execution and an index are therefore single-node (or Sentinel) operations,
+which is what majordomus is deployed on today.
 """
 
 from __future__ import annotations
@@ -14,6 +20,8 @@ class Keys:
         self.prefix = prefix
         # arq's queue: the sorted set of job ids arq workers poll.
         self.queue = f"{prefix}:queue"
+        # arq's worker health record (what `arq --check` reads), named as arq names it.
+        self.health_check = f"{prefix}:queue:health-check"
         self.all = f"{prefix}:idx:all"
         self.created_counter = f"{prefix}:idx:all:counter"
         self.queued = f"{prefix}:idx:queued"
@@ -41,6 +49,15 @@ class Keys:
 
     def secret_input(self, execution_id: str) -> str:
         return f"{self.prefix}:x:{{{execution_id}}}:input"
+
+    def job(self, execution_id: str) -> str:
+        """arq's job of the execution (its job id is the execution id), written with it."""
+        return f"{self.prefix}:job:{{{execution_id}}}"
+
+    def in_progress(self, execution_id: str) -> str:
+        """arq's mark that a worker took the job (`take_job.lua`); its terminal event, or the
+        worker's finish of the job, deletes it."""
+        return f"{self.prefix}:in-progress:{{{execution_id}}}"
 
     def execution_keys(self, execution_id: str) -> list[str]:
         return [

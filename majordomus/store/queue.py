@@ -1,20 +1,21 @@
-"""arq's queue as majordomus uses it: the job format, its keys, taking a job, the slots.
+"""arq's queue as majordomus uses it: the job format, taking a job, finishing it, the slots.
 
 Every execution runs as one arq job, `run_execution(id, capability)`, serialized with
-msgspec's MessagePack (never pickle) and carrying no input. This module is the only one
-that knows arq's key names and job format: it builds the job `create` enqueues, marks a
-job in progress the way arq does (`take_job`, one atomic script), answers the reads of a
-worker's poll loop, and keeps the cluster-wide concurrency slots of capabilities with a
-`max_concurrency`. It does not run jobs; `workers/` does.
+msgspec's MessagePack (never pickle) and carrying no input. This module builds the job
+`create` enqueues, marks a job in progress the way arq does (`take_job`, one atomic script,
+which also answers the capability, so the worker never reads the job back), clears a job a
+worker is done with, answers the reads of a worker's poll loop, and keeps the cluster-wide
+concurrency slots of capabilities with a `max_concurrency`. The keys are `Keys`', under the
+deployment's prefix, never arq's constants. It does not run jobs; `workers/` does.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import msgspec
-from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
 from arq.jobs import serialize_job
 
 from majordomus.config import Settings
@@ -38,19 +39,12 @@ def job_payload(execution_id: str, capability: str) -> bytes:
     )
 
 
-def arq_job_key(execution_id: str) -> str:
-    """The key arq keeps an execution's job under (its job id is the execution id)."""
-    return job_key_prefix + execution_id
+class Taken(NamedTuple):
+    """A job a worker took: its queue score (when it was due, epoch ms) and the capability
+    its execution runs, read from the snapshot by the take itself."""
 
-
-def in_progress_key(execution_id: str) -> str:
-    """arq's mark that a worker runs the job."""
-    return in_progress_key_prefix + execution_id
-
-
-def retry_key(execution_id: str) -> str:
-    """arq's count of the job's tries."""
-    return retry_key_prefix + execution_id
+    score: int
+    capability: str
 
 
 WAITING = "waiting"
@@ -64,13 +58,15 @@ class QueueStore(StoreBase):
         self._requeue = self.script("requeue_taken.lua")
         self._take_job = self.script("take_job.lua")
 
-    async def take_job(self, queue: str, job_id: str, in_progress_ms: int) -> int | str | None:
+    async def take_job(self, queue: str, job_id: str, in_progress_ms: int) -> Taken | str | None:
         """Take a queued job off the queue for this worker, as arq marks one in progress, in
-        one trip: answers its queue score; `WAITING` when its capability's slots are all
-        held (it moved to the waiting list); None when there is nothing to take (gone, not
-        due, or no longer queued, in which case its stale entry was dropped)."""
+        one trip: answers its queue score and capability; `WAITING` when its capability's
+        slots are all held (it moved to the waiting list); None when there is nothing to
+        take (gone, not due, or no longer queued, in which case its stale entry was
+        dropped)."""
+        keys = self.keys
         taken = await self._take_job(
-            keys=[queue, in_progress_key(job_id), self.keys.snapshot(job_id), self.keys.taken],
+            keys=[queue, keys.in_progress(job_id), keys.snapshot(job_id), keys.taken],
             args=[
                 job_id,
                 in_progress_ms,
@@ -82,7 +78,20 @@ class QueueStore(StoreBase):
             return None
         if taken in (WAITING, WAITING.encode()):
             return WAITING
-        return int(float(taken))
+        score, capability = taken
+        if isinstance(capability, bytes):
+            capability = capability.decode()
+        return Taken(int(float(score)), capability)
+
+    async def finish_job(self, job_id: str) -> None:
+        """Clear what is left of a job its worker is done with (its in-progress mark and
+        arq's job), as arq's `finish_job` does, in one command. An execution's terminal
+        event clears them itself (`append.lua`); this is for a run that did not end it (the
+        worker torn down before or during it, or Redis forgot it), whose end is the
+        sweeper's, found by the execution, not by these keys (nothing reads the job back).
+        Its queue entry, if any, is not touched: `take_job` took it off, so an entry there
+        now was put back for another worker (`requeue_taken`)."""
+        await self.redis.delete(self.keys.in_progress(job_id), self.keys.job(job_id))
 
     async def queue_length(self, queue: str) -> int:
         """How many jobs the queue holds, due or deferred, running or not."""
@@ -119,13 +128,7 @@ class QueueStore(StoreBase):
         claimed (their worker died in between); answers how many went back."""
         back = await self._requeue(
             keys=[self.keys.taken, self.keys.queue],
-            args=[
-                older_than_ms,
-                batch,
-                self.keys.prefix,
-                in_progress_key_prefix,
-                self.keys.wake_channel,
-            ],
+            args=[older_than_ms, batch, self.keys.prefix, self.keys.wake_channel],
         )
         return int(back)
 

@@ -10,13 +10,12 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from arq.constants import in_progress_key_prefix, job_key_prefix, retry_key_prefix
 
 from majordomus.engine import Engine
 from majordomus.registry import REGISTRY
 from majordomus.store.connect import connect
 from majordomus.store.embedded import EmbeddedRedis
-from majordomus.store.queue import WAITING
+from majordomus.store.queue import WAITING, Taken
 from tests.conftest import make_settings, running_worker, until
 
 IN_PROGRESS_MS = 60_000
@@ -26,15 +25,17 @@ async def queue_of(engine: Engine) -> list[str]:
     return [m.decode() for m in await engine.redis.zrange(engine.store.keys.queue, 0, -1)]
 
 
-async def take(engine: Engine, execution_id: str) -> int | str | None:
+async def take(engine: Engine, execution_id: str) -> Taken | str | None:
     return await engine.store.take_job(engine.store.keys.queue, execution_id, IN_PROGRESS_MS)
 
 
 async def test_a_due_job_is_taken_once_off_the_queue_and_marked_in_progress(engine: Engine) -> None:
     snap = await engine.start("tests.noop", {})
-    assert isinstance(await take(engine, snap.id), int)
+    taken = await take(engine, snap.id)
+    assert isinstance(taken, Taken) and taken.capability == "tests.noop"
     assert await queue_of(engine) == []
-    assert await engine.redis.pttl(in_progress_key_prefix + snap.id) > IN_PROGRESS_MS - 1000
+    in_progress = engine.store.keys.in_progress(snap.id)
+    assert await engine.redis.pttl(in_progress) > IN_PROGRESS_MS - 1000
     assert await take(engine, snap.id) is None
 
 
@@ -59,8 +60,8 @@ async def test_every_way_to_end_leaves_nothing_of_the_job_behind(
     await asyncio.sleep(0.2)  # arq's own finish after the terminal event
     keys = engine.store.keys
     for xid in (done.id, cancelled.id, never_ran):
-        for prefix in (job_key_prefix, in_progress_key_prefix, retry_key_prefix):
-            assert not await engine.redis.exists(prefix + xid), (prefix, xid)
+        for key in (keys.job(xid), keys.in_progress(xid)):
+            assert not await engine.redis.exists(key), key
     assert await queue_of(engine) == []
     assert await engine.redis.zcard(keys.taken) == 0
     runtime = worker.ctx["majordomus"]
@@ -176,7 +177,7 @@ async def test_a_slot_freed_moves_the_oldest_waiting_execution_into_the_queue(
     first = await engine.start("tests.serial", {"seconds": 1})
     second = await engine.start("tests.serial", {"seconds": 1})
     third = await engine.start("tests.serial", {"seconds": 1})
-    assert isinstance(await take(engine, first.id), int)
+    assert isinstance(await take(engine, first.id), Taken)
     assert await take(engine, second.id) == WAITING
     assert await take(engine, third.id) == WAITING
     await engine.store.claim(first.id, "w")
@@ -190,13 +191,13 @@ async def test_a_job_taken_by_a_worker_that_died_before_starting_it_goes_back(
     engine: Engine,
 ) -> None:
     snap = await engine.start("tests.noop", {})
-    assert isinstance(await take(engine, snap.id), int)  # ... and the taker dies here
+    assert isinstance(await take(engine, snap.id), Taken)  # ... and the taker dies here
     assert await queue_of(engine) == []
     assert await engine.store.requeue_taken(60_000) == 0  # not a lease old yet
     await asyncio.sleep(0.05)
     assert await engine.store.requeue_taken(10) == 1
     assert await queue_of(engine) == [snap.id]
-    assert isinstance(await take(engine, snap.id), int)  # any worker can take it again
+    assert isinstance(await take(engine, snap.id), Taken)  # any worker can take it again
 
 
 async def test_a_take_cut_short_by_redis_gives_the_job_slot_back(worker: Any) -> None:

@@ -6,7 +6,7 @@
 --
 -- The claim (`execution.started`) adds the execution to its worker's running set and
 -- takes it off the taken set; the terminal event removes every trace of it from the queue
--- in the same step: its queue entry, arq's job, in-progress and retry keys, its place in
+-- in the same step: its queue entry, arq's job and in-progress mark, its place in
 -- the taken set, the waiting list and its worker's running set, and frees its concurrency
 -- slot, moving the oldest waiting execution of its capability back into the queue.
 -- Snapshot `steps` keep the first `steps_max`; later ones are counted in `steps_dropped`.
@@ -17,7 +17,7 @@
 -- no event is doubled and a claim is not refused by its own first half.
 --
 -- KEYS: snapshot, events, feed, idx:queued, idx:running, idx:finished, secret input,
---       arq queue, arq job, arq in-progress, arq retry, the taken set
+--       arq queue, arq job, arq in-progress, the taken set
 -- ARGV: id, timestamp, now_ms, retain_seconds, feed_max, worker, cancel_channel,
 --       stream_max, n, read_secret ('1': answer the worker-only input too, for a claim),
 --       key prefix, wake channel, steps_max, token ('' for none),
@@ -93,7 +93,7 @@ for i = 1, n do
       end
       redis.call('ZREM', KEYS[4], id)
       redis.call('ZADD', KEYS[5], now, id)
-      redis.call('ZREM', KEYS[12], id)
+      redis.call('ZREM', KEYS[11], id)
     elseif t == 'execution.cancelling' then
       redis.call('PUBLISH', cancel_channel, id)
     else
@@ -115,9 +115,9 @@ for i = 1, n do
       redis.call('ZREM', KEYS[4], id)
       redis.call('ZREM', KEYS[5], id)
       redis.call('ZADD', KEYS[6], now, id)
-      redis.call('DEL', KEYS[7], KEYS[9], KEYS[10], KEYS[11])
+      redis.call('DEL', KEYS[7], KEYS[9], KEYS[10])
       redis.call('ZREM', KEYS[8], id)
-      redis.call('ZREM', KEYS[12], id)
+      redis.call('ZREM', KEYS[11], id)
       if owner then redis.call('SREM', prefix .. ':worker:' .. owner .. ':running', id) end
       if conc_limit > 0 then
         -- Free the slot and move the oldest waiting ones back into the queue (as

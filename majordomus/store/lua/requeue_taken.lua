@@ -3,7 +3,8 @@
 -- outside the queue. A taken job whose execution is no longer queued just leaves the set.
 --
 -- KEYS: the taken set, arq queue
--- ARGV: older than (ms), batch size, key prefix, arq in-progress key prefix, wake channel
+-- ARGV: older than (ms), batch size, key prefix, wake channel
+-- (the snapshot and in-progress keys of each are `Keys.snapshot` and `Keys.in_progress`)
 local taken, queue = KEYS[1], KEYS[2]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -14,10 +15,10 @@ for _, id in ipairs(stale) do
   redis.call('ZREM', taken, id)
   local snap = ARGV[3] .. ':x:{' .. id .. '}'
   if redis.call('HGET', snap, 'state') == 'queued' then
-    redis.call('DEL', ARGV[4] .. id)
+    redis.call('DEL', ARGV[3] .. ':in-progress:{' .. id .. '}')
     redis.call('ZADD', queue, redis.call('HGET', snap, 'created_ms'), id)
     back = back + 1
   end
 end
-if back > 0 then redis.call('PUBLISH', ARGV[5], 'requeued') end
+if back > 0 then redis.call('PUBLISH', ARGV[4], 'requeued') end
 return back

@@ -8,8 +8,9 @@
 --
 -- KEYS: arq queue, arq in-progress key of the job, the execution's snapshot, the taken set
 -- ARGV: job id, in-progress timeout ms, slot lease ms, key prefix
--- Answers the job's queue score when taken; 'waiting' when it waits for a slot; false
--- when there is nothing to take (not in the queue, not due, or dropped as stale).
+-- Answers {the job's queue score, its capability} when taken (the worker runs it from this
+-- alone, never reading arq's job back); 'waiting' when it waits for a slot; false when
+-- there is nothing to take (not in the queue, not due, or dropped as stale).
 local queue, in_progress, snap, taken = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, in_progress_ms, slot_ms, prefix = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local t = redis.call('TIME')
@@ -36,4 +37,4 @@ end
 redis.call('ZREM', queue, id)
 redis.call('ZADD', taken, now, id)
 redis.call('SET', in_progress, '1', 'PX', in_progress_ms)
-return score
+return {score, cur[2]}

@@ -1,0 +1,128 @@
+"""Two deployments with different `MAJORDOMUS_KEY_PREFIX`es share a Redis database and
+nothing else: every key either writes, arq's job keys included, starts with its prefix, and
+each runs only its own executions, through success, cancel, a worker killed mid-run and a
+job taken by a worker that died before it ran it. Both run in this one process (as the
+tests and `majordomus dev` do), beside a worker process of their own."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from majordomus.config import Settings
+from majordomus.engine import Engine
+from majordomus.errors import MajordomusError
+from majordomus.registry import REGISTRY
+from majordomus.store.queue import Taken
+from tests.conftest import make_settings, running_worker, until, wait_for_workers
+
+PREFIXES = ("t1", "t2")
+
+
+@pytest.fixture
+async def engines(redis: Any, redis_url: str) -> AsyncIterator[dict[str, Engine]]:
+    yield {p: Engine(redis, REGISTRY, make_settings(redis_url, key_prefix=p)) for p in PREFIXES}
+
+
+async def all_keys(redis: Any) -> list[str]:
+    return sorted([k.decode() async for k in redis.scan_iter(count=1000)])
+
+
+def strays(keys: list[str]) -> list[str]:
+    return [k for k in keys if not k.startswith(tuple(f"{p}:" for p in PREFIXES))]
+
+
+async def _state(engine: Engine, execution_id: str, state: str) -> bool:
+    return (await engine.get(execution_id)).state == state
+
+
+async def _one_worker(engine: Engine) -> str:
+    leases = await engine.store.worker_leases()
+    return leases[0].id if leases else ""
+
+
+async def test_two_prefixes_on_one_database_share_no_key_and_run_only_their_own(
+    redis: Any, redis_url: str, engines: dict[str, Engine], worker_process: Any
+) -> None:
+    t1, t2 = engines["t1"], engines["t2"]
+
+    # A t2 worker process takes a long execution, and is killed while it runs it.
+    victim = worker_process(MAJORDOMUS_KEY_PREFIX="t2")
+    await wait_for_workers(redis, 1, key=t2.store.keys.workers)
+    victim_id = await _one_worker(t2)
+    lost = await t2.start("tests.sleepy", {"seconds": 60})
+    await until(lambda: _state(t2, lost.id, "running"), timeout=20)
+    in_flight = await all_keys(redis)
+    assert strays(in_flight) == []
+    # arq's job and its in-progress mark, under the prefix and the execution's hash tag.
+    assert {f"t2:job:{{{lost.id}}}", f"t2:in-progress:{{{lost.id}}}"} <= set(in_flight)
+    victim.kill()
+    victim.wait()
+
+    # A t1 job taken by a worker that died before it claimed it (taken, never started).
+    stranded = await t1.start("tests.noop", {})
+    assert isinstance(await _take(t1, stranded.id), Taken)
+
+    async with running_worker(redis, t1.settings) as w1, running_worker(redis, t2.settings) as w2:
+        ids = {p: w.runtime.worker_id for p, w in (("t1", w1), ("t2", w2))}
+        done = {
+            p: [(await e.start("tests.noop", {})).id for _ in range(5)] for p, e in engines.items()
+        }
+        cancelled = await t1.start("tests.sleepy", {"seconds": 60})
+        await until(lambda: _state(t1, cancelled.id, "running"))
+        assert strays(await all_keys(redis)) == []
+        await t1.cancel(cancelled.id)
+
+        for prefix, engine in engines.items():
+            for xid in done[prefix]:
+                snap = await engine.wait(xid, 20_000)
+                assert (snap.state, snap.worker) == ("succeeded", ids[prefix])
+                other = engines["t2" if prefix == "t1" else "t1"]
+                with pytest.raises(MajordomusError):
+                    await other.get(xid)
+        assert (await t1.wait(cancelled.id, 20_000)).state == "cancelled"
+        # The t1 sweeper put the stranded job back; the t1 worker ran it.
+        back = await t1.wait(stranded.id, 30_000)
+        assert (back.state, back.worker) == ("succeeded", ids["t1"])
+        # The t2 sweeper failed what the killed t2 worker held.
+        failed = await t2.wait(lost.id, 30_000)
+        assert (failed.state, failed.worker) == ("failed", victim_id)
+        assert strays(await all_keys(redis)) == []
+
+    left = await all_keys(redis)
+    assert left and strays(left) == []
+    assert not [
+        k
+        for k in left
+        if k.startswith(("t1:job:", "t2:job:", "t1:in-progress:", "t2:in-progress:"))
+    ]
+
+
+async def _take(engine: Engine, execution_id: str) -> Any:
+    return await engine.store.take_job(engine.store.keys.queue, execution_id, 60_000)
+
+
+async def test_a_worker_under_arqs_own_worker_class_refuses_to_start(settings: Settings) -> None:
+    """`arq workers.settings.WorkerSettings` builds arq's `Worker`, which would name the
+    jobs' keys arq:job:<id>: the startup says so instead of leaving executions queued."""
+    from workers.settings import startup
+
+    with pytest.raises(RuntimeError, match="MajordomusWorker"):
+        await startup({"settings": settings})
+
+
+async def test_a_worker_torn_down_mid_run_clears_the_jobs_keys_and_leaves_its_end_to_the_sweeper(
+    redis: Any, engines: dict[str, Engine]
+) -> None:
+    t1 = engines["t1"]
+    async with running_worker(redis, t1.settings) as worker:
+        snap = await t1.start("tests.sleepy", {"seconds": 60})
+        await until(lambda: _state(t1, snap.id, "running"))
+        keys = t1.store.keys
+        assert await redis.exists(keys.job(snap.id), keys.in_progress(snap.id)) == 2
+    assert worker.jobs_retried == 1  # arq's count of a job cut short by the worker's end
+    assert await redis.exists(keys.job(snap.id), keys.in_progress(snap.id)) == 0
+    assert (await t1.get(snap.id)).state == "running"  # the sweeper fails it, a lease on
+    assert strays(await all_keys(redis)) == []
