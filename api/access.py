@@ -15,8 +15,9 @@ the browser lie about `Origin`. So a state-changing request (any method but GET,
 OPTIONS), the live channel and every request to `/mcp` are refused (403 `forbidden`) when
 they carry an `Origin` that is not this server's own (same scheme, host and port). A
 request with no `Origin` (curl, a script, a same-origin GET) passes. With `MAJORDOMUS_API_TOKEN` set, every route
-but `/api/v1/live`, `/api/v1/ready` and the static documentation shell at `/docs` needs
-`Authorization: Bearer <token>`; the shell holds no data and asks for the token itself.
+but `/api/v1/live`, `/api/v1/ready`, the static documentation shell at `/docs` and the
+console's shell and files (`api.console.is_console_path`) needs `Authorization: Bearer
+<token>`; the shells hold no data and ask for the token themselves.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from urllib.parse import urlsplit
 
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from api.console import is_console_path
 from api.errors import send_error
 from majordomus.config import HOST_PATTERN, Settings
 from majordomus.errors import MajordomusError
@@ -191,7 +193,7 @@ class AccessGuard:
         if path not in PROBE_PATHS and not self.hosts.allow(scope):
             await send_error(send, misdirected(scope), MISDIRECTED)
             return
-        if self.token and path not in OPEN_PATHS:
+        if self.token and path not in OPEN_PATHS and not is_console_path(path):
             problem = token_problem(scope, self.token)
             if problem:
                 await send_error(

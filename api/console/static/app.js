@@ -1,0 +1,655 @@
+// The console's pages: executions (/), one execution (/executions/<id>), queue and workers
+// (/queue), start (/start). Each page is a function that renders into <main> and answers
+// how to stop it (its live channel, its timers). Handler text is only ever set as
+// textContent, never parsed as HTML. Live updates are queued and applied once per
+// animation frame, so a burst of events costs one layout, not one per event.
+"use strict";
+
+import {ApiError, call, follow, liveTypes, token} from "./api.js";
+import {buildForm, holdsSecret} from "./form.js";
+
+const STATES = ["queued", "running", "cancelling", "succeeded", "failed", "cancelled"];
+const ACTIVE = new Set(["queued", "running", "cancelling"]);
+const TERMINAL = new Set(["execution.completed", "execution.failed", "execution.cancelled"]);
+const ID_SHAPE = /^x-\d{8}T\d{6}Z-[0-9a-f]{8}$/;
+const PAGE_SIZE = 50;
+const LIST_BOUND = 200;           // executions.list answers at most this many, newest first
+const LOG_ROWS = 250;             // log lines kept on the page (the oldest go; all are in the pages)
+const TAIL_ROWS = 100;            // live events kept in the table (layout per frame grows with it)
+const EVENTS_PAGE = 100;          // events per page when paging by cursor
+const QUEUE_POLL_MS = 1000;
+const RETAINED = 500;             // events an execution keeps (SPEC 4: the stream's cap)
+
+const main = document.getElementById("main");
+
+// -- small tools ------------------------------------------------------------------------
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k === "text") e.textContent = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v === true ? "" : v);
+  }
+  for (const k of kids) if (k !== null && k !== undefined && k !== false) e.append(k);
+  return e;
+}
+
+function link(href, text, attrs) { return el("a", Object.assign({href, "data-link": ""}, attrs || {}), text); }
+
+const two = (n) => (n < 10 ? "0" : "") + n;
+function clock(iso) {
+  // Local time with milliseconds, by hand: Intl formatting costs too much at 1,000 rows a second.
+  const d = new Date(iso);
+  const ms = d.getMilliseconds();
+  return `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}.${ms < 10 ? "00" : ms < 100 ? "0" : ""}${ms}`;
+}
+function time(iso) {
+  if (!iso) return el("span", {text: "—"});
+  return el("time", {datetime: iso, title: iso, text: clock(iso)});
+}
+
+function duration(ms) {
+  if (ms === undefined || ms === null) return "—";
+  if (ms < 1000) return ms + " ms";
+  if (ms < 60000) return (ms / 1000).toFixed(1) + " s";
+  return Math.floor(ms / 60000) + " min " + Math.round((ms % 60000) / 1000) + " s";
+}
+
+function badge(state) { return el("span", {class: "state state-" + state, text: state}); }
+
+function meter(progress) {
+  if (!progress) return el("span", {class: "muted", text: "—"});
+  const total = progress.total || 0;
+  const label = total ? `${progress.current} of ${total}` : String(progress.current);
+  const bar = el("progress", {max: total || 1, value: total ? progress.current : 0, "aria-label": "progress " + label});
+  if (!total) bar.removeAttribute("value");
+  return el("span", {class: "meter"}, bar, el("span", {text: " " + label}));
+}
+
+function every(frame) {
+  // Queue items, hand them to `frame` once per animation frame (a timer when hidden).
+  let queue = [], pending = false;
+  const run = () => { pending = false; const items = queue; queue = []; frame(items); };
+  return (item) => {
+    queue.push(item);
+    if (pending) return;
+    pending = true;
+    if (document.hidden) setTimeout(run, 250); else requestAnimationFrame(run);
+  };
+}
+
+function problem(err) {
+  if (err instanceof ApiError && err.needsToken) { askToken(err.message); return el("p", {text: "Waiting for the API token."}); }
+  const text = err instanceof ApiError ? `${err.code}: ${err.message}` : String(err.message || err);
+  const suggestion = err.suggestion ? el("p", {class: "muted", text: err.suggestion}) : null;
+  return el("div", {class: "problem", role: "alert"}, el("p", {text}), suggestion);
+}
+
+function section(title, ...kids) {
+  const id = "h-" + title.toLowerCase().replace(/[^a-z]+/g, "-");
+  return el("section", {"aria-labelledby": id}, el("h2", {id, text: title}), ...kids);
+}
+
+function tableOf(headers, caption) {
+  const body = el("tbody");
+  const table = el("table", {}, caption ? el("caption", {class: "sr", text: caption}) : null,
+    el("thead", {}, el("tr", {}, ...headers.map((h) => el("th", {scope: "col", text: h})))), body);
+  return {wrap: el("div", {class: "scroll"}, table), body};
+}
+
+function setCounts(active, queued) {
+  document.getElementById("counts").textContent = `${active} active · ${queued} queued`;
+}
+
+// -- the token ------------------------------------------------------------------------------
+
+const tokenForm = document.getElementById("token-form");
+function askToken(message) {
+  tokenForm.hidden = false;
+  document.getElementById("token-problem").textContent = token.get() ? message : "";
+  document.getElementById("token-input").focus();
+}
+tokenForm.addEventListener("submit", (e) => {
+  e.preventDefault();
+  token.set(document.getElementById("token-input").value.trim());
+  tokenForm.hidden = true;
+  document.getElementById("forget-token").hidden = !token.get();
+  route();
+});
+document.getElementById("forget-token").addEventListener("click", () => { token.set(""); location.reload(); });
+document.getElementById("forget-token").hidden = !token.get();
+
+// -- the router -----------------------------------------------------------------------------
+
+let stopPage = () => {};
+
+function navigate(url, replace) {
+  if (replace) history.replaceState(null, "", url); else history.pushState(null, "", url);
+  route();
+}
+
+function route() {
+  stopPage();
+  stopPage = () => {};
+  const path = location.pathname;
+  const params = new URLSearchParams(location.search);
+  let page = "executions";
+  if (path.startsWith("/executions/")) page = "execution";
+  else if (path === "/queue") page = "queue";
+  else if (path === "/start") page = "start";
+  for (const a of document.querySelectorAll("[data-nav]")) {
+    if (a.dataset.nav === page) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+  }
+  main.replaceChildren();
+  for (const key of Object.keys(main.dataset)) delete main.dataset[key];
+  main.dataset.page = page;
+  const run = {executions: executionsPage, execution: executionPage, queue: queuePage, start: startPage}[page];
+  stopPage = run(params, decodeURIComponent(path.slice("/executions/".length))) || (() => {});
+}
+
+document.addEventListener("click", (e) => {
+  const a = e.target.closest("a[data-link], nav a[data-nav], a.brand");
+  if (!a || e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+  e.preventDefault();
+  navigate(a.getAttribute("href"));
+  main.focus({preventScroll: true});
+});
+window.addEventListener("popstate", route);
+
+// -- executions -------------------------------------------------------------------------
+
+function executionsPage(params) {
+  const filters = {state: params.get("state") || "", capability: params.get("capability") || "", episode: params.get("episode") || ""};
+  const pageNo = Math.max(1, parseInt(params.get("page") || "1", 10) || 1);
+  const stateBox = el("select", {id: "f-state", name: "state"}, el("option", {value: "", text: "any"}),
+    ...STATES.map((s) => el("option", {value: s, text: s, selected: s === filters.state})));
+  const capBox = el("select", {id: "f-capability", name: "capability"}, el("option", {value: "", text: "any"}));
+  if (filters.capability) capBox.append(el("option", {value: filters.capability, text: filters.capability, selected: true}));
+  const episodeBox = el("input", {id: "f-episode", name: "episode", value: filters.episode, placeholder: "external id"});
+  const filterForm = el("form", {class: "bar", role: "search", "aria-label": "Filter executions"},
+    el("label", {for: "f-state", text: "State"}), stateBox,
+    el("label", {for: "f-capability", text: "Capability"}), capBox,
+    el("label", {for: "f-episode", text: "Episode"}), episodeBox,
+    el("button", {type: "submit", text: "Filter"}));
+  filterForm.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const q = new URLSearchParams();
+    const chosen = {state: stateBox.value, capability: capBox.value, episode: episodeBox.value.trim()};
+    for (const [k, v] of Object.entries(chosen)) if (v) q.set(k, v);
+    navigate("/" + (q.toString() ? "?" + q : ""));
+  });
+  const findBox = el("input", {id: "f-id", name: "id", placeholder: "x-20260101T000000Z-0a1b2c3d", spellcheck: "false"});
+  const findSay = el("span", {role: "status"});
+  const findForm = el("form", {class: "bar", role: "search", "aria-label": "Find an execution by id"},
+    el("label", {for: "f-id", text: "Find by id"}), findBox, el("button", {type: "submit", text: "Open"}), findSay);
+  findForm.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const id = findBox.value.trim();
+    if (!ID_SHAPE.test(id)) { findSay.textContent = "an execution id looks like x-20260101T000000Z-0a1b2c3d"; return; }
+    navigate("/executions/" + id);
+  });
+  const summary = el("p", {id: "list-summary", "aria-live": "polite"});
+  const {wrap, body} = tableOf(["Execution", "Capability", "State", "Progress", "Created", "Duration", "By"], "Executions, newest first");
+  const pager = el("nav", {class: "pager", "aria-label": "Pages"});
+  main.append(el("h1", {text: "Executions"}), filterForm, findForm, summary, wrap, pager);
+
+  call("/api/v1/capabilities").then((answer) => {
+    for (const c of answer.capabilities) if (c.id !== filters.capability) capBox.append(el("option", {value: c.id, text: c.id}));
+  }).catch(() => {});
+
+  const rows = new Map();
+  let all = [];
+  const pageCount = () => Math.max(1, Math.ceil(all.length / PAGE_SIZE));
+  const pageUrl = (n) => {
+    const q = new URLSearchParams(Object.entries(filters).filter(([, v]) => v));
+    if (n > 1) q.set("page", String(n));
+    return "/" + (q.toString() ? "?" + q : "");
+  };
+  function row(x) {
+    const tr = el("tr", {"data-id": x.id},
+      el("td", {}, link("/executions/" + x.id, x.id, {class: "mono"})),
+      el("td", {text: x.capability}), el("td", {class: "c-state"}, badge(x.state)),
+      el("td", {class: "c-progress"}, meter(x.progress)), el("td", {}, time(x.created_at)),
+      el("td", {text: duration(x.duration_ms)}), el("td", {text: x.actor + (x.episode ? " · " + x.episode : "")}));
+    rows.set(x.id, tr);
+    return tr;
+  }
+  function show() {
+    const n = Math.min(pageNo, pageCount());
+    const shown = all.slice((n - 1) * PAGE_SIZE, n * PAGE_SIZE);
+    rows.clear();
+    body.replaceChildren(...shown.map(row));
+    if (!shown.length) body.append(el("tr", {}, el("td", {colspan: 7, class: "muted", text: "No execution matches."})));
+    const first = all.length ? (n - 1) * PAGE_SIZE + 1 : 0;
+    summary.textContent = `${first}–${(n - 1) * PAGE_SIZE + shown.length} of the newest ${all.length}` +
+      (all.length >= LIST_BOUND ? ` (the API lists the newest ${LIST_BOUND}: narrow it with the filters)` : "");
+    pager.replaceChildren(
+      n > 1 ? link(pageUrl(n - 1), "← Newer", {rel: "prev"}) : el("span", {class: "muted", text: "← Newer"}),
+      el("span", {text: ` page ${n} of ${pageCount()} `}),
+      n < pageCount() ? link(pageUrl(n + 1), "Older →", {rel: "next"}) : el("span", {class: "muted", text: "Older →"}));
+  }
+  let controller = null, refetchTimer = null, lastFetch = 0;
+  async function load() {
+    if (controller) controller.abort();
+    controller = new AbortController();
+    lastFetch = performance.now();
+    try {
+      const answer = await call("/api/v1/executions", {query: Object.assign({limit: LIST_BOUND}, filters), signal: controller.signal});
+      all = answer.executions;
+      setCounts(answer.active, answer.queued);
+      show();
+      main.dataset.loaded = "true";
+    } catch (e) {
+      if (e.name !== "AbortError") body.replaceChildren(el("tr", {}, el("td", {colspan: 7}, problem(e))));
+    }
+  }
+  function refetchSoon() {
+    // New or finished executions re-read the list, at most once a second.
+    if (refetchTimer) return;
+    refetchTimer = setTimeout(() => { refetchTimer = null; load(); }, Math.max(0, 1000 - (performance.now() - lastFetch)));
+  }
+  const apply = every((items) => {
+    const latest = new Map();
+    let reread = false;
+    for (const ev of items) {
+      if (ev.type === "execution.created" || TERMINAL.has(ev.type) || ev.type === "execution.started") reread = true;
+      if (!rows.has(ev.execution_id)) continue;
+      const seen = latest.get(ev.execution_id) || {};
+      if (ev.type === "execution.progress") seen.progress = ev.data;
+      const state = {"execution.started": "running", "execution.cancelling": "cancelling", "execution.cancelled": "cancelled",
+        "execution.completed": "succeeded", "execution.failed": "failed"}[ev.type];
+      if (state) seen.state = state;
+      latest.set(ev.execution_id, seen);
+    }
+    for (const [id, seen] of latest) {
+      const tr = rows.get(id);
+      if (seen.state) tr.querySelector(".c-state").replaceChildren(badge(seen.state));
+      if (seen.progress) tr.querySelector(".c-progress").replaceChildren(meter(seen.progress));
+    }
+    if (reread) refetchSoon();
+  });
+  load();
+  const live = follow("/events", {message: (type, data) => { if (!type.startsWith("stream.")) apply(data); }, state: () => {}});
+  return () => { live.stop(); if (controller) controller.abort(); clearTimeout(refetchTimer); };
+}
+
+// -- one execution ----------------------------------------------------------------------
+
+function summarize(ev) {
+  const d = ev.data || {};
+  switch (ev.type) {
+    case "execution.log": return d.message;
+    case "execution.progress": return `${d.current}${d.total ? " / " + d.total : ""}${d.message ? " · " + d.message : ""}`;
+    case "execution.step.started": return `${d.name}: ${d.title}`;
+    case "execution.step.completed": return `${d.name}: ${d.ok ? "ok" : "failed"}${d.detail ? " · " + d.detail : ""}`;
+    case "execution.failed": return `${d.error.code}: ${d.error.message}`;
+    default: { const s = JSON.stringify(d); return s === "{}" || s === undefined ? "" : s.length > 160 ? s.slice(0, 159) + "…" : s; }
+  }
+}
+
+function executionPage(params, id) {
+  if (!ID_SHAPE.test(id)) { main.append(el("h1", {text: "Execution"}), problem(new Error(`${id} is not an execution id`))); return null; }
+  let snap = null;             // the snapshot as last read, facts moved on by later events
+  let snapSeq = 0;             // events up to this sequence are already in the snapshot
+  let lastSeq = 0;             // the last event shown: nothing at or before it is shown again
+  let pageAfter = 0;
+  const heading = el("h1", {}, el("span", {text: "Execution "}), el("span", {class: "mono", text: id}));
+  const stateSlot = el("span", {id: "x-state"});
+  const cancelButton = el("button", {type: "button", id: "x-cancel", text: "Cancel", hidden: true});
+  const againButton = el("button", {type: "button", id: "x-again", text: "Run again"});
+  const say = el("p", {id: "x-say", role: "status", "aria-live": "polite"});
+  const liveSay = el("span", {id: "x-live", class: "muted"});
+  const facts = el("dl", {class: "facts", id: "x-facts"});
+  const progressSlot = el("div", {id: "x-progress", class: "progress"});
+  const steps = el("ol", {id: "x-steps", class: "timeline"});
+  const log = el("ol", {id: "x-log", class: "log", "aria-label": "Log lines"});
+  const diagnostics = el("ul", {id: "x-diagnostics"});
+  const outcome = el("div", {id: "x-outcome"});
+  const input = el("pre", {id: "x-input"});
+  const notice = el("p", {id: "x-truncated", class: "muted"});
+  const tail = tableOf(["#", "Time", "Type", "Data"], "Events as they arrive");
+  tail.body.id = "x-events";
+  tail.wrap.classList.add("tail");
+  const pageInfo = el("p", {id: "x-page-info", "aria-live": "polite"});
+  const pageTable = tableOf(["#", "Time", "Type", "Data"], "A page of events");
+  pageTable.body.id = "x-page";
+  const afterBox = el("input", {id: "x-after", type: "number", min: 0, value: 0, inputmode: "numeric"});
+  const pageForm = el("form", {class: "bar"}, el("label", {for: "x-after", text: "Events after"}), afterBox,
+    el("button", {type: "submit", text: "Read a page"}),
+    el("button", {type: "button", id: "x-next-page", text: "Next page", onclick: () => readPage(pageAfter)}));
+  pageForm.addEventListener("submit", (e) => { e.preventDefault(); readPage(parseInt(afterBox.value || "0", 10) || 0); });
+
+  main.append(heading, el("div", {class: "bar"}, stateSlot, cancelButton, againButton, liveSay), say,
+    el("div", {class: "grid"},
+      section("Snapshot", facts),
+      section("Progress", progressSlot, el("h3", {text: "Steps"}), steps)),
+    section("Log", log),
+    section("Diagnostics", diagnostics),
+    section("Outcome", outcome),
+    section("Input (redacted)", input),
+    section("Events", notice,
+      el("p", {class: "muted", text: `The last ${TAIL_ROWS} as they arrive (the log keeps its last ${LOG_ROWS} lines); ` +
+        "every retained event is in the pages below."}),
+      tail.wrap,
+      el("h3", {text: "Pages by cursor"}), pageForm, pageInfo, pageTable.wrap));
+
+  function renderFacts() {
+    const x = snap;
+    stateSlot.replaceChildren(badge(x.state));
+    cancelButton.hidden = !ACTIVE.has(x.state);
+    cancelButton.disabled = x.state === "cancelling";
+    const rowsOf = [
+      ["State", x.state], ["Capability", x.capability + " · " + x.title],
+      ["Created", time(x.created_at)], ["Started", time(x.started_at)], ["Finished", time(x.finished_at)],
+      ["Duration", duration(x.duration_ms)], ["Started by", x.actor], ["Worker", x.worker || "—"],
+      ["Attempt", String(x.attempt)], ["Episode", x.episode || "—"],
+      ["Events", el("span", {id: "x-count"})], ["Cancellable", x.cancellable ? "yes" : "no"],
+    ];
+    facts.replaceChildren(...rowsOf.flatMap(([k, v]) => [el("dt", {text: k}), el("dd", {}, v)]));
+    renderCount();
+    renderProgress();
+    renderSteps();
+    const none = [el("li", {class: "muted", text: "none"})];
+    diagnostics.replaceChildren(...(x.diagnostics.length ? x.diagnostics.map(diagnostic) : none));
+    input.textContent = JSON.stringify(x.input, null, 2);
+    outcome.replaceChildren(...outcomeOf(x));
+  }
+  function outcomeOf(x) {
+    if (x.output !== undefined) {
+      return [el("p", {}, badge("succeeded"), el("span", {text: " output"})),
+        el("pre", {id: "x-output", text: JSON.stringify(x.output, null, 2)})];
+    }
+    if (!x.error) return [el("p", {class: "muted", text: "Not finished yet."})];
+    return [el("div", {id: "x-error", class: "problem"},
+      el("p", {}, el("strong", {text: x.error.code}), el("span", {text: ": " + x.error.message})),
+      x.error.suggestion ? el("p", {text: "Suggestion: " + x.error.suggestion}) : null)];
+  }
+  function renderCount() {
+    const last = Math.max(snap.last_sequence, lastSeq);
+    const dropped = snap.events_truncated || last > RETAINED ? `, the oldest dropped (${RETAINED} kept)` : "";
+    const count = document.getElementById("x-count");
+    if (count) count.textContent = `${Math.max(snap.event_count, last)} appended, last #${last}${dropped}`;
+  }
+  function renderProgress() {
+    const p = snap.progress;
+    progressSlot.replaceChildren(meter(p), el("p", {id: "x-progress-message", text: (p && p.message) || ""}));
+  }
+  function renderSteps() {
+    if (!snap.steps.length) { steps.replaceChildren(el("li", {class: "muted", text: "no step yet"})); return; }
+    steps.replaceChildren(...snap.steps.map((s) => el("li", {class: "step step-" + s.state, "data-step": s.name},
+      el("span", {class: "mark", "aria-hidden": "true"}),
+      el("strong", {text: s.title}),
+      el("span", {class: "muted", text: ` ${s.name} · ${s.state}`}),
+      el("span", {class: "when"}, time(s.started_at),
+        s.finished_at ? el("span", {text: " → "}) : null, s.finished_at ? time(s.finished_at) : null),
+      s.detail ? el("p", {text: s.detail}) : null)));
+  }
+  function diagnostic(d) {
+    return el("li", {class: "diag diag-" + d.severity},
+      el("strong", {text: `${d.severity} ${d.code}`}), el("span", {text: ": " + d.summary}),
+      d.detail ? el("p", {text: d.detail}) : null,
+      d.suggestion ? el("p", {class: "muted", text: "Suggestion: " + d.suggestion}) : null);
+  }
+  function move(ev) {
+    // What an event newer than the snapshot changes in it.
+    const d = ev.data || {};
+    snap.last_sequence = ev.sequence;
+    switch (ev.type) {
+      case "execution.started": snap.state = "running"; snap.started_at = ev.timestamp; return "reread";
+      case "execution.progress": snap.progress = d; return "progress";
+      case "execution.step.started":
+        snap.steps.push({name: d.name, title: d.title, state: "running", started_at: ev.timestamp});
+        return "steps";
+      case "execution.step.completed": {
+        const s = snap.steps.findLast((t) => t.name === d.name);
+        if (s) { s.state = d.ok ? "completed" : "failed"; s.finished_at = ev.timestamp; if (d.detail) s.detail = d.detail; }
+        return "steps";
+      }
+      case "execution.diagnostic": snap.diagnostics.push(d); return "facts";
+      case "execution.cancelling": snap.state = "cancelling"; return "facts";
+      case "execution.cancelled": snap.state = "cancelled"; return "reread";
+      case "execution.completed": snap.state = "succeeded"; snap.output = d.output; return "reread";
+      case "execution.failed": snap.state = "failed"; snap.error = d.error; return "reread";
+      default: return null;
+    }
+  }
+  function eventRow(ev, data) {
+    // One event as a row: its data summed up (the live table) or in full (a page).
+    return el("tr", {"data-seq": ev.sequence, "data-ts": ev.timestamp},
+      el("td", {text: String(ev.sequence)}), el("td", {}, time(ev.timestamp)), el("td", {}, el("code", {text: ev.type})),
+      data ? el("td", {}, el("pre", {class: "json", text: JSON.stringify(ev.data)})) : el("td", {class: "data", text: summarize(ev)}));
+  }
+  let replayLeft = 0, reread = false;
+  const historyShown = () => {
+    // Marked a frame later: by then the frame that holds the history has been painted.
+    requestAnimationFrame(() => requestAnimationFrame(() => {
+      performance.mark("console:history-shown");
+      main.dataset.history = "shown";
+    }));
+  };
+  const apply = every((items) => {
+    const logRows = document.createDocumentFragment(), tailRows = document.createDocumentFragment();
+    const dirty = new Set();
+    for (const ev of items) {
+      if (ev.sequence <= lastSeq) continue; // a reconnect never shows one twice
+      lastSeq = ev.sequence;
+      if (replayLeft > 0 && --replayLeft === 0) historyShown();
+      if (ev.type === "execution.log") {
+        logRows.append(el("li", {"data-seq": ev.sequence}, time(ev.timestamp),
+          el("span", {class: "stream", text: ev.data.stream}), el("span", {class: "line", text: ev.data.message})));
+      }
+      tailRows.append(eventRow(ev));
+      if (snap && ev.sequence > snapSeq) { const what = move(ev); if (what) dirty.add(what); }
+    }
+    if (logRows.childNodes.length) { log.append(logRows); trim(log, LOG_ROWS); }
+    if (tailRows.childNodes.length) { tail.body.append(tailRows); trim(tail.body, TAIL_ROWS); }
+    if (!snap) return;
+    if (dirty.has("facts") || dirty.has("reread")) renderFacts();
+    else { renderCount(); if (dirty.has("progress")) renderProgress(); if (dirty.has("steps")) renderSteps(); }
+    main.dataset.lastSequence = String(lastSeq);
+    if (dirty.has("reread") && !reread) { reread = true; setTimeout(refresh, 50); }
+  });
+  function trim(list, keep) { while (list.childElementCount > keep) list.firstElementChild.remove(); }
+  async function refresh() {
+    reread = false;
+    try {
+      const fresh = await call("/api/v1/executions/get", {query: {id}});
+      if (fresh.last_sequence >= snapSeq) { snap = fresh; snapSeq = fresh.last_sequence; renderFacts(); }
+    } catch (e) { say.replaceChildren(problem(e)); }
+  }
+  async function readPage(after) {
+    try {
+      const page = await call("/api/v1/executions/events", {query: {id, after, limit: EVENTS_PAGE}});
+      pageAfter = page.last_sequence;
+      afterBox.value = String(after);
+      const truncated = page.truncated ? `yes (events after the cursor were dropped by the ${RETAINED}-event cap)` : "no";
+      pageInfo.textContent = `${page.events.length} events after #${after}; last #${page.last_sequence}; ` +
+        `more: ${page.more ? "yes" : "no"}; truncated: ${truncated}; state: ${page.state}`;
+      pageTable.body.replaceChildren(...page.events.map((ev) => eventRow(ev, true)));
+    } catch (e) { pageInfo.replaceChildren(problem(e)); }
+  }
+  cancelButton.addEventListener("click", async () => {
+    cancelButton.disabled = true;
+    try {
+      const answer = await call("/api/v1/executions/cancel", {body: {id}});
+      const outcome = {requested: "Cancel requested", already_requested: "A cancel was already requested",
+        already_finished: "Already finished"}[answer.outcome];
+      const forced = answer.cancellable ? "" : " (its capability does not check for a cancel: it is stopped after a grace)";
+      say.textContent = `${outcome}: the execution is ${answer.execution.state}${forced}.`;
+      say.dataset.outcome = answer.outcome;
+    } catch (e) { say.replaceChildren(problem(e)); cancelButton.disabled = false; }
+  });
+  againButton.addEventListener("click", async () => {
+    if (!snap) return;
+    if (holdsSecret(snap.input)) { navigate(`/start?capability=${encodeURIComponent(snap.capability)}&from=${id}`); return; }
+    againButton.disabled = true;
+    try {
+      const started = await call("/api/v1/executions/start", {body: {capability: snap.capability, input: snap.input}});
+      navigate("/executions/" + started.id);
+    } catch (e) { say.replaceChildren(problem(e)); againButton.disabled = false; }
+  });
+
+  let live = null;
+  call("/api/v1/executions/get", {query: {id}}).then((first) => {
+    snap = first;
+    snapSeq = first.last_sequence;
+    renderFacts();
+    document.title = `${first.capability} ${id} · majordomus`;
+    readPage(0);
+    // From the start: the channel replays what is retained, then goes on live, with no gap
+    // and no duplicate between the two; a reconnect resumes after the last id it gave.
+    live = follow(`/events?execution=${encodeURIComponent(id)}&after=0`, {
+      message: (type, data) => {
+        const control = (data && data.data) || {};  // control messages: {type, data}
+        if (type === "stream.ready") {
+          replayLeft = control.replayed || 0;
+          main.dataset.replayed = String(replayLeft);
+          if (!replayLeft) historyShown();
+          if (control.truncated) notice.textContent = "The oldest events were dropped: an execution keeps its last 500 (truncated).";
+        } else if (type === "stream.closing" && control.reason === "finished") {
+          // Its end: nothing more will come, so no reconnect (which would only be told 204).
+          live.stop();
+          liveSay.textContent = "not following (the execution is over)";
+          liveSay.dataset.state = "ended";
+        } else if (type === "stream.lagged") {
+          notice.textContent = `This page fell behind: ${control.dropped} events were dropped before it could read them.`;
+        } else if (!type.startsWith("stream.")) apply(data);
+      },
+      state: (s) => {
+        const shown = {live: "following live", ended: "not following (the execution is over)"};
+        liveSay.textContent = shown[s] || s;
+        liveSay.dataset.state = s;
+      },
+    });
+  }).catch((e) => { main.replaceChildren(heading, problem(e)); });
+  return () => { if (live) live.stop(); };
+}
+
+// -- queue and workers ------------------------------------------------------------------
+
+function queuePage() {
+  const taken = el("p", {id: "q-taken", class: "muted", "aria-live": "off"});
+  const backlog = tableOf(["Capability", "Waiting", "Oldest wait", "Oldest"], "Backlog by capability");
+  backlog.body.id = "q-backlog";
+  const running = el("div", {id: "q-running"});
+  const workers = tableOf(["Worker", "Host", "PID", "Running", "Last beat", "Status"], "Workers");
+  workers.body.id = "q-workers";
+  const failures = tableOf(["Execution", "Capability", "Code", "Message", "Finished"], "Recent failures and cancellations");
+  failures.body.id = "q-failures";
+  const codes = el("p", {id: "q-codes"});
+  main.append(el("h1", {text: "Queue and workers"}), taken,
+    section("Backlog", backlog.wrap), section("Running, by worker", running), section("Workers", workers.wrap),
+    section("Recent failures and cancellations", codes, failures.wrap));
+  const fill = (body, rows, cols, none) =>
+    body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", {colspan: cols, class: "muted", text: none}))]));
+  const executionLink = (id) => link("/executions/" + id, id, {class: "mono"});
+  const backlogRow = (g) => el("tr", {"data-capability": g.capability},
+    el("td", {text: g.capability}), el("td", {text: String(g.count)}),
+    el("td", {text: g.oldest_wait_seconds.toFixed(1) + " s"}), el("td", {}, executionLink(g.oldest)));
+  const runningItem = (r) => el("li", {}, executionLink(r.id), el("span", {text: ` ${r.capability} `}), badge(r.state),
+    el("span", {text: r.running_seconds !== undefined ? ` ${r.running_seconds.toFixed(1)} s ` : " "}), meter(r.progress));
+  const workerStatus = (w) => w.silent ? el("span", {class: "state state-failed", text: "silent"})
+    : !w.accepting ? el("span", {class: "state state-cancelling", text: "draining"})
+    : el("span", {class: "state state-succeeded", text: "beating"});
+  const workerRow = (w) => el("tr", {"data-worker": w.id, "data-pid": w.pid, class: w.silent ? "silent" : ""},
+    el("td", {class: "mono", text: w.id}), el("td", {text: w.host}), el("td", {text: String(w.pid)}),
+    el("td", {text: String(w.running)}), el("td", {text: w.seconds_since_beat.toFixed(1) + " s ago"}),
+    el("td", {}, workerStatus(w)));
+  const failureRow = (f) => el("tr", {"data-code": f.code},
+    el("td", {}, executionLink(f.id)), el("td", {text: f.capability}), el("td", {}, el("code", {text: f.code})),
+    el("td", {text: f.message + (f.suggestion ? " (" + f.suggestion + ")" : "")}), el("td", {}, time(f.finished_at)));
+  function render(q) {
+    taken.textContent = `As of ${clock(q.taken_at)}: ${q.queued} queued, ${q.running} running; ` +
+      `a worker is silent after ${q.lease_seconds} s without a beat.`;
+    setCounts(q.queued + q.running, q.queued);
+    fill(backlog.body, q.queued_by_capability.map(backlogRow), 4, "Nothing waits.");
+    const byWorker = new Map();
+    for (const r of q.running_executions) {
+      const w = r.worker || "(no worker)";
+      if (!byWorker.has(w)) byWorker.set(w, []);
+      byWorker.get(w).push(r);
+    }
+    const groups = [...byWorker].map(([w, list]) => el("div", {class: "group", "data-worker": w},
+      el("h3", {class: "mono", text: w}), el("ul", {}, ...list.map(runningItem))));
+    running.replaceChildren(...(groups.length ? groups : [el("p", {class: "muted", text: "Nothing runs."})]));
+    fill(workers.body, q.workers.map(workerRow), 6, "No worker has reported itself.");
+    const counted = {};
+    for (const f of q.recent_failures) counted[f.code] = (counted[f.code] || 0) + 1;
+    const byCode = Object.entries(counted).map(([c, n]) => `${c} ${n}`).join(", ");
+    codes.textContent = byCode ? "By code: " + byCode : "";
+    fill(failures.body, q.recent_failures.map(failureRow), 5, "No recent failure.");
+    main.dataset.loaded = "true";
+  }
+  let stopped = false, timer = null, controller = null;
+  async function poll() {
+    controller = new AbortController();
+    try { render(await call("/api/v1/queue", {signal: controller.signal})); }
+    catch (e) { if (e.name === "AbortError") return; taken.replaceChildren(problem(e)); if (e.needsToken) return; }
+    if (!stopped) timer = setTimeout(poll, QUEUE_POLL_MS);
+  }
+  poll();
+  return () => { stopped = true; clearTimeout(timer); if (controller) controller.abort(); };
+}
+
+// -- start ------------------------------------------------------------------------------
+
+function startPage(params) {
+  const capBox = el("select", {id: "s-capability", name: "capability", required: true}, el("option", {value: "", text: "choose one"}));
+  const about = el("p", {id: "s-about", class: "muted"});
+  const fields = el("div", {id: "s-fields", class: "fields"});
+  const say = el("div", {id: "s-say", "aria-live": "polite"});
+  const submit = el("button", {type: "submit", id: "s-submit", text: "Start"});
+  const form = el("form", {id: "s-form", "aria-labelledby": "s-title"},
+    el("div", {class: "field"}, el("label", {for: "s-capability", text: "Capability"}), capBox), about, fields, submit, say);
+  main.append(el("h1", {id: "s-title", text: "Start an execution"}), form);
+  let caps = new Map(), current = null;
+  async function choose(id, prefill) {
+    const cap = caps.get(id);
+    fields.replaceChildren();
+    current = null;
+    if (!cap) { about.textContent = ""; return; }
+    about.textContent = cap.description || cap.title;
+    current = buildForm(fields, cap.input_schema, prefill);
+    main.dataset.loaded = "true";
+  }
+  capBox.addEventListener("change", () => {
+    history.replaceState(null, "", "/start" + (capBox.value ? "?capability=" + encodeURIComponent(capBox.value) : ""));
+    choose(capBox.value);
+  });
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    if (!current) return;
+    let value;
+    try { value = current.collect(); } catch (err) { say.replaceChildren(problem(err)); return; }
+    submit.disabled = true;
+    say.textContent = "Starting…";
+    try {
+      const started = await call("/api/v1/executions/start", {body: {capability: capBox.value, input: value}});
+      navigate("/executions/" + started.id);
+    } catch (err) { say.replaceChildren(problem(err)); submit.disabled = false; }
+  });
+  (async () => {
+    try {
+      const answer = await call("/api/v1/capabilities");
+      for (const c of answer.capabilities.filter((c) => c.executable)) {
+        caps.set(c.id, c);
+        capBox.append(el("option", {value: c.id, text: `${c.id} · ${c.title}`}));
+      }
+      const wanted = params.get("capability");
+      let prefill;
+      if (params.get("from")) {
+        const before = await call("/api/v1/executions/get", {query: {id: params.get("from")}});
+        prefill = before.input;
+        say.textContent = `The input of ${before.id}` + (holdsSecret(before.input) ? ": its secrets are not kept, type them again." : ".");
+      }
+      if (wanted && caps.has(wanted)) { capBox.value = wanted; await choose(wanted, prefill); }
+      else main.dataset.loaded = "true";
+    } catch (err) { say.replaceChildren(problem(err)); }
+  })();
+  return null;
+}
+
+liveTypes().catch(() => {}); // asked once, beside the page's first reads
+route();
