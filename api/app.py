@@ -13,11 +13,12 @@ failed even when no worker is left.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, cast
 from urllib.parse import parse_qsl
@@ -32,11 +33,12 @@ from litestar.types import Receive, Scope, Send
 from msgspec import UNSET, UnsetType
 
 from api.access import AccessGuard
+from api.console import console_handlers
 from api.docs import DOCS_HTML, HTML, StaticDocument
 from api.errors import JSON, error_response, make_exception_handler
 from api.live import LISTENER_BUFFER, FeedHub, LiveChannel
 from api.mcp import build_mcp
-from api.openapi import openapi_document, without_null
+from api.openapi import EXECUTION_HEADER, openapi_document, without_null
 from majordomus.config import LIMITS, Settings
 from majordomus.engine import LIVE_PATH, Engine
 from majordomus.errors import MajordomusError, invalid_input
@@ -61,6 +63,8 @@ class ProbeStatus(msgspec.Struct, omit_defaults=True):
     status: str
     listeners: int
     channels: int
+    calls: int
+    """Capability calls this process is answering now, over HTTP and MCP alike."""
     workers: int | UnsetType = UNSET
 
 
@@ -153,12 +157,69 @@ async def body_input(request: Request[Any, Any, Any]) -> Any:
         ) from None
 
 
-def json_response(value: Any, status: int = 200) -> Response[Any]:
-    return Response(content=msgspec.json.encode(value), status_code=status, media_type=JSON)
+def json_response(
+    value: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> Response[Any]:
+    return Response(
+        content=msgspec.json.encode(value), status_code=status, media_type=JSON, headers=headers
+    )
+
+
+def preferred_wait_ms(prefer: str | None) -> tuple[int | None, str | None]:
+    """How long a request asks its route to wait for the execution (RFC 7240 `Prefer`):
+    `respond-async` is no wait, `wait=N` is N seconds (at most `LIMITS.wait_bound_ms`);
+    with the preference applied, for `Preference-Applied`. None: the default wait."""
+    for token in (prefer or "").split(","):
+        name, _, value = token.strip().partition("=")
+        name = name.strip().lower()
+        if name == "respond-async":
+            return 0, "respond-async"
+        if name == "wait" and value.strip().isdigit():
+            ms = min(int(value.strip()) * 1000, LIMITS.wait_bound_ms)
+            return ms, f"wait={ms // 1000}"
+    return None, None
+
+
+async def until_disconnected(receive: Receive) -> None:
+    """Returns when the client has gone away (the request's body already read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_disconnected(request: Request[Any, Any, Any], work: Awaitable[Any]) -> Any:
+    """`work` awaited, or cancelled as soon as the caller disconnects (then None): what the
+    API runs for a caller stops when nobody is left to answer. The work runs in the
+    request's own task; one watcher task per call listens for the disconnect."""
+    current = asyncio.current_task()
+    assert current is not None
+    answered = False
+
+    def stop_the_work(g: asyncio.Future[None]) -> None:
+        # Runs in a loop step of its own: once the work has answered, a late disconnect
+        # must not cancel the task that now sends the answer.
+        if not g.cancelled() and not answered:
+            current.cancel()
+
+    gone = asyncio.ensure_future(until_disconnected(request.receive))
+    gone.add_done_callback(stop_the_work)
+    try:
+        result = await work
+        answered = True
+        return result
+    except asyncio.CancelledError:
+        if not gone.done() or gone.cancelled():
+            raise  # not ours: the server is stopping
+        current.uncancel()
+        return None
+    finally:
+        gone.cancel()
 
 
 def capability_route(cap: Capability, engine: Engine) -> BaseRouteHandler:
-    """The one route of a capability: parse, `Engine.invoke`, encode the output."""
+    """The one route of a capability: parse, `Engine.call`, answer. A capability that runs
+    as an execution answers its output (200) when the execution succeeds within the wait,
+    else `202` with the execution as it stands and `Location` to follow it; a built-in
+    answers its output. Either stops when the caller disconnects (an execution goes on)."""
     method = cap.exposure.http_method or "GET"
     shape = QueryShape(cap) if method == "GET" else None
 
@@ -170,8 +231,22 @@ def capability_route(cap: Capability, engine: Engine) -> BaseRouteHandler:
             raw = await body_input(request)
         claimed = request.headers.get(ACTOR_HEADER)
         actor = claimed if claimed in CLIENT_ACTORS else "http"
-        output = await engine.invoke(cap.id, raw, actor=actor)
-        return json_response(output)
+        wait_ms, applied = preferred_wait_ms(request.headers.get("prefer"))
+        # typed=False: the answer is only encoded, so what is stored goes out as it is.
+        called = await unless_disconnected(
+            request, engine.call(cap.id, raw, actor=actor, wait_ms=wait_ms, typed=False)
+        )
+        if called is None:  # nobody to answer
+            return Response(content=b"", status_code=204)
+        if called.execution is None:
+            return json_response(called.output)
+        headers = {EXECUTION_HEADER: called.execution.id}
+        if applied:
+            headers["Preference-Applied"] = applied
+        if not called.pending:
+            return json_response(called.output, headers=headers)
+        headers["Location"] = called.execution.links.self_
+        return json_response(called.execution, 202, headers)
 
     answer.__name__ = answer.__qualname__ = "capability_" + cap.id.replace(".", "_")
     answer.__doc__ = cap.description
@@ -227,7 +302,7 @@ def create_app(
 
     @get("/api/v1/live", include_in_schema=False)
     async def live_probe() -> Response[Any]:
-        return json_response(ProbeStatus("live", hub.listeners, hub.channels))
+        return json_response(ProbeStatus("live", hub.listeners, hub.channels, engine.calls_in_flight))
 
     @get("/api/v1/ready", include_in_schema=False)
     async def ready_probe() -> Response[Any]:
@@ -251,13 +326,16 @@ def create_app(
                     "start one: majordomus worker",
                 )
             )
-        return json_response(ProbeStatus("ready", hub.listeners, hub.channels, len(workers)))
+        return json_response(
+            ProbeStatus("ready", hub.listeners, hub.channels, engine.calls_in_flight, len(workers))
+        )
 
     @asgi(LIVE_PATH, copy_scope=True, include_in_schema=False)
     async def live_channel(scope: Scope, receive: Receive, send: Send) -> None:
         await channel(scope, receive, send)
 
     handlers += [openapi_json, docs_page, live_probe, ready_probe, live_channel]
+    handlers += console_handlers()  # the console at `/` (api/console)
     allowed.update({p: ["GET"] for p in ("/api/v1/live", "/api/v1/ready")})
 
     mcp = build_mcp(engine, settings) if mount_mcp else None  # an import error fails start-up

@@ -81,6 +81,12 @@ class ApiServer(uvicorn.Server):
             server.close()
         self.hub.close_all("server stopping")
         await super().shutdown(sockets)
+        if self.force_exit:
+            # A second Ctrl-C skips waiting for connections, and uvicorn then skips the
+            # app's own shutdown too, leaving it to be cancelled mid-stop when the loop
+            # closes (a traceback in the log). Ours is bounded (`STOP_SECONDS` a part) and
+            # quick: run it anyway.
+            await self.lifespan.shutdown()
 
 
 def server_for(app: Any, host: str, port: int) -> ApiServer:
@@ -163,6 +169,7 @@ async def _print_banner(
     lines = [
         "",
         "majordomus dev: the API and a worker in this process",
+        f"  console {base}/",
         f"  API     {base}/api/v1/capabilities",
         f"  docs    {base}/docs   (OpenAPI {base}/openapi.json)",
         f"  live    {base}{LIVE_PATH}   (curl -N {base}{LIVE_PATH})",

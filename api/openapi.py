@@ -2,8 +2,9 @@
 
 One operation per capability with an HTTP exposure: `operationId` is the capability's id, a
 GET's parameters are its input type's members (scalars as schemas, anything structured as
-JSON in the query string), a POST's body is its input type, the 200 answer its output type,
-and every refusal the error envelope. Component schemas come from msgspec, from the same
+JSON in the query string), a POST's body is its input type, the 200 answer its output type
+(and, for a capability that runs as an execution, the 202 answer the execution still
+going, with the `Prefer` header that sets the wait), and every refusal the error envelope. Component schemas come from msgspec, from the same
 types the engine validates with, so the document cannot drift from the behaviour. The live
 channel is described in the document's text rather than as an operation: it is a stream
 that never ends on its own, which generic clients and fuzzers cannot call.
@@ -13,13 +14,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import msgspec
-
 import majordomus
 from api.errors import ErrorEnvelope
+from majordomus.config import LIMITS
+from majordomus.model import ExecutionSnapshot
 from majordomus.registry import Capability, Registry
+from majordomus.schemas import schema_components
 
 REF = "#/components/schemas/{name}"
+EXECUTION_HEADER = "Majordomus-Execution"
+"""The id of the execution a capability's own route ran, on its answer (200 or 202)."""
 SCALARS = frozenset({"string", "integer", "number", "boolean"})
 
 ERROR_STATUSES: dict[str, str] = {
@@ -51,16 +55,18 @@ def capability_types(registry: Registry) -> list[Capability]:
 
 def openapi_document(registry: Registry, *, token_required: bool = False) -> dict[str, Any]:
     caps = capability_types(registry)
-    types: list[Any] = [ErrorEnvelope]
+    types: list[Any] = [ErrorEnvelope, ExecutionSnapshot]
     for cap in caps:
         types.extend((cap.input, cap.output))
-    refs, components = msgspec.json.schema_components(types, ref_template=REF)
-    error_ref = refs[0]
+    refs, components = schema_components(types, REF)
+    error_ref, snapshot_ref = refs[0], refs[1]
     paths: dict[str, dict[str, Any]] = {}
     for i, cap in enumerate(caps):
-        input_ref, output_ref = refs[1 + 2 * i], refs[2 + 2 * i]
+        input_ref, output_ref = refs[2 + 2 * i], refs[3 + 2 * i]
         method = (cap.exposure.http_method or "GET").lower()
         operation = _operation(cap, input_ref, output_ref, error_ref, components)
+        if cap.executable:
+            _add_execution_answers(operation, snapshot_ref)
         paths.setdefault(cap.exposure.http_path or "", {})[method] = operation
     _add_probes(paths, error_ref)
     document: dict[str, Any] = {
@@ -70,13 +76,29 @@ def openapi_document(registry: Registry, *, token_required: bool = False) -> dic
             "version": majordomus.__version__,
             "description": DESCRIPTION,
         },
+        # Relative, so the document names no host: a client resolves it against where it
+        # read the document, which is the address it reached this server by, through any
+        # proxy in front (the bound address would be wrong behind one). The paths are
+        # absolute (`/api/v1/...`), so a proxy must forward them unchanged.
+        "servers": [{"url": "/", "description": "the server this document was read from"}],
         "paths": paths,
-        "components": {"schemas": components},
+        "components": {"schemas": components, "securitySchemes": SECURITY_SCHEMES},
     }
     if token_required:
-        document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        # Every operation then needs it, but those that say they need nothing (the probes'
+        # `security: []`).
         document["security"] = [{"bearer": []}]
     return document
+
+
+SECURITY_SCHEMES = {
+    "bearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "`Authorization: Bearer <MAJORDOMUS_API_TOKEN>`, on every operation but "
+        "the probes when the server has a token (the document's `security` says whether)",
+    }
+}
 
 
 def _operation(
@@ -121,6 +143,44 @@ def _operation(
     return operation
 
 
+EXECUTION_ANSWER_HEADER = {
+    "description": "The id of the execution the call ran as",
+    "schema": {"type": "string"},
+}
+
+
+def _add_execution_answers(operation: dict[str, Any], snapshot_ref: dict[str, Any]) -> None:
+    """A capability that runs as an execution: its route starts one on the workers, answers
+    the output when it succeeds within the wait, else `202` with the execution as it stands;
+    `Prefer` sets the wait."""
+    responses = operation["responses"]
+    responses["200"]["headers"] = {EXECUTION_HEADER: EXECUTION_ANSWER_HEADER}
+    responses["202"] = {
+        "description": (
+            "still running when the wait ended: the execution as it stands; follow it at "
+            "`Location`, its `links`, or the live channel"
+        ),
+        "headers": {
+            "Location": {"description": "The execution's snapshot", "schema": {"type": "string"}},
+            EXECUTION_HEADER: EXECUTION_ANSWER_HEADER,
+        },
+        "content": {"application/json": {"schema": snapshot_ref}},
+    }
+    operation.setdefault("parameters", []).append(
+        {
+            "name": "Prefer",
+            "in": "header",
+            "required": False,
+            "description": (
+                "How long to wait for the execution before answering 202 (RFC 7240): "
+                f"`wait=N` seconds (at most {LIMITS.wait_bound_ms // 1000}), or `respond-async` "
+                f"for no wait; default {LIMITS.call_wait_ms // 1000} s"
+            ),
+            "schema": {"type": "string"},
+        }
+    )
+
+
 def _parameters(schema: dict[str, Any], components: dict[str, Any]) -> list[dict[str, Any]]:
     required = set(schema.get("required", []))
     params = []
@@ -151,6 +211,8 @@ def without_null(prop: dict[str, Any]) -> dict[str, Any]:
     if isinstance(t, list) and "null" in t and len(t) == 2:
         out = {k: v for k, v in prop.items() if k != "default" or v is not None}
         out["type"] = next(x for x in t if x != "null")
+        if isinstance(out.get("enum"), list):
+            out["enum"] = [v for v in out["enum"] if v is not None]
         return out
     if prop.get("default", 0) is None:
         return {k: v for k, v in prop.items() if k != "default"}
@@ -193,6 +255,7 @@ def _add_probes(paths: dict[str, dict[str, Any]], error_ref: dict[str, Any]) -> 
             "status": {"type": "string"},
             "listeners": {"type": "integer", "minimum": 0},
             "channels": {"type": "integer", "minimum": 0},
+            "calls": {"type": "integer", "minimum": 0},
             "workers": {"type": "integer", "minimum": 0},
         },
         "required": ["status"],

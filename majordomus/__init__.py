@@ -3,12 +3,41 @@
 The public surface for people declaring capabilities: `capability`, `Context`,
 `ExecutionCancelled`, `MajordomusError`, `Secret`. Everything else is reached through
 the surfaces (HTTP, SSE, MCP, CLI) or the engine.
+
+Each name is imported from its module when it is first asked for, so importing any part
+of majordomus (`majordomus.cli` for `majordomus --help`, say) does not load the handler
+context and the Redis client behind it.
 """
 
-from majordomus.context import Context, ExecutionCancelled
-from majordomus.errors import MajordomusError
-from majordomus.registry import capability
-from majordomus.schemas import Secret
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from majordomus.context import Context, ExecutionCancelled
+    from majordomus.errors import MajordomusError
+    from majordomus.registry import capability
+    from majordomus.schemas import Secret
+
+_HOME = {
+    "Context": "majordomus.context",
+    "ExecutionCancelled": "majordomus.context",
+    "MajordomusError": "majordomus.errors",
+    "capability": "majordomus.registry",
+    "Secret": "majordomus.schemas",
+}
+"""Where each public name is defined."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'majordomus' has no attribute {name!r}")
+    value = getattr(import_module(home), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = ["Context", "ExecutionCancelled", "MajordomusError", "Secret", "capability"]
 __version__ = "0.1.0"

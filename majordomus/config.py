@@ -62,7 +62,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     feed_max_events: int = 10_000
     """Entries kept in the global feed that the unscoped live channel resumes from."""
     key_prefix: str = "md"
-    """Prefix of every Redis key majordomus writes (arq's queue uses `<prefix>:queue`)."""
+    """Prefix of every Redis key majordomus writes, arq's queue and job keys included (`<prefix>:queue`, `<prefix>:job:{<id>}`)."""
     api_url: str | None = None
     """For the CLI: go through this API instead of straight to Redis."""
 
@@ -98,10 +98,21 @@ class Limits(msgspec.Struct, frozen=True):
     validation_problems: int = 5
     wait_default_ms: int = 30_000
     wait_bound_ms: int = 60_000
+    call_wait_ms: int = 10_000
+    """How long a capability's own route waits for the execution it started before it
+    answers `202` with the execution as it stands (a request may ask for up to
+    `wait_bound_ms`, or for no wait at all, with `Prefer`)."""
     body_bytes: int = 1024 * 1024
 
 
 LIMITS = Limits()
+
+
+def clamp(value: int | None, default: int, bound: int) -> int:
+    """A numeric input as the protocol reads it: absent is the default, above the bound is it."""
+    if value is None:
+        return default
+    return min(value, bound)
 
 
 @lru_cache(maxsize=1)

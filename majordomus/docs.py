@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import ast
 import inspect
-import textwrap
+import os
+import sys
 from functools import cache
 from typing import Any
 
@@ -36,16 +37,8 @@ def field_docs(struct_type: type) -> dict[str, str]:
 
 
 def _own_field_docs(klass: type) -> dict[str, str]:
-    try:
-        source = textwrap.dedent(inspect.getsource(klass))
-    except (OSError, TypeError):
-        return {}
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return {}
-    node = tree.body[0] if tree.body else None
-    if not isinstance(node, ast.ClassDef):
+    node = _classes_of(klass.__module__, _stamp(klass.__module__)).get(klass.__qualname__)
+    if node is None:
         return {}
     docs: dict[str, str] = {}
     body = node.body
@@ -59,6 +52,42 @@ def _own_field_docs(klass: type) -> dict[str, str]:
         ):
             docs[here.target.id] = inspect.cleandoc(after.value.value)
     return docs
+
+
+def _stamp(module_name: str) -> int | None:
+    """When the module's source file last changed (None: it has none)."""
+    try:
+        path = inspect.getsourcefile(sys.modules[module_name])
+        return os.stat(path).st_mtime_ns if path else None
+    except (KeyError, OSError, TypeError):
+        return None
+
+
+@cache
+def _classes_of(module_name: str, stamp: int | None) -> dict[str, ast.ClassDef]:
+    """Every class a module's source defines, by qualified name (the first of a name, as
+    `inspect.getsource` finds it): the module is parsed once for all its classes (once per
+    version of its file, `stamp`)."""
+    module = sys.modules.get(module_name)
+    try:
+        tree = ast.parse(inspect.getsource(module)) if module is not None else None
+    except (OSError, TypeError, SyntaxError):
+        tree = None
+    found: dict[str, ast.ClassDef] = {}
+    if tree is not None:
+        _collect(tree, [], found)
+    return found
+
+
+def _collect(node: ast.AST, names: list[str], found: dict[str, ast.ClassDef]) -> None:
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.ClassDef):
+            found.setdefault(".".join([*names, child.name]), child)
+            _collect(child, [*names, child.name], found)
+        elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+            _collect(child, [*names, child.name, "<locals>"], found)
+        else:
+            _collect(child, names, found)
 
 
 def env_name(field: str) -> str:
@@ -106,7 +135,8 @@ def type_text(node: dict[str, Any], root: dict[str, Any] | None = None) -> str:
         target = root.get("$defs", {}).get(name)
         return type_text(target, root) if isinstance(target, dict) and "enum" in target else name
     if "enum" in node:
-        return "|".join(str(v) for v in node["enum"])
+        values = [str(v) for v in node["enum"] if v is not None]
+        return "|".join(values) + ("?" if None in node["enum"] else "")
     if "const" in node:
         return repr(node["const"])
     branches = node.get("anyOf") or node.get("oneOf")

@@ -9,15 +9,25 @@ knows nothing of HTTP, MCP or the CLI.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from majordomus.config import LIMITS, Settings
+from majordomus.config import LIMITS, Settings, clamp
 from majordomus.context import Context
-from majordomus.errors import ExecutionError, MajordomusError, invalid_input, not_found, refused
+from majordomus.errors import (
+    HTTP_STATUS,
+    ExecutionError,
+    MajordomusError,
+    invalid_input,
+    not_found,
+    refused,
+)
 from majordomus.ids import PROTOCOL_VERSION, new_execution_id, require_execution_id
 from majordomus.model import (
     CURSOR_BOUND,
@@ -36,6 +46,8 @@ from majordomus.model import (
     ProgressView,
     ProtocolInfo,
     StepView,
+    StoredEventHistory,
+    StoredForm,
     StreamMessage,
     event_decoder,
     event_type_of,
@@ -46,6 +58,7 @@ from majordomus.states import FINAL, is_final
 from majordomus.store.connect import RedisClient
 from majordomus.store.episodes import EpisodeStore
 from majordomus.store.executions import RawPage, Store, encode
+from majordomus.store.failures import UNREACHABLE
 from majordomus.store.feed import FeedEntry
 from majordomus.store.queue import job_payload
 
@@ -61,11 +74,11 @@ _error_decoder = msgspec.json.Decoder(ExecutionError)
 _progress_decoder = msgspec.json.Decoder(ProgressView)
 
 
-def clamp(value: int | None, default: int, bound: int) -> int:
-    """A numeric input as the protocol reads it: absent is the default, above the bound is it."""
-    if value is None:
-        return default
-    return min(value, bound)
+class _Sequence(msgspec.Struct):
+    sequence: int
+
+
+_sequence_decoder = msgspec.json.Decoder(_Sequence)
 
 
 def require_sequence(after: int) -> int:
@@ -95,8 +108,24 @@ def require_feed_id(feed_id: str) -> str:
 
 
 OnEvent = Callable[[ExecutionEvent], Awaitable[None] | None]
+OnStarted = Callable[[ExecutionSnapshot], Awaitable[None]]
 EventFollower = Callable[[str, int, int], Awaitable[list[bytes]]]
 """(execution id, after, block ms) -> the events after `after`, waiting up to `block_ms`."""
+
+
+@dataclass(frozen=True)
+class Called:
+    """What a capability's own route, tool or command answers (`Engine.call`)."""
+
+    output: Any = None
+    """The output: the handler's answer, or the execution's once it succeeded."""
+    execution: ExecutionSnapshot | None = None
+    """The execution it ran as (None for a built-in answered here and now)."""
+
+    @property
+    def pending(self) -> bool:
+        """Still going when the wait ended: `execution` is as it stood then."""
+        return self.execution is not None and not is_final(self.execution.state)
 
 
 class Engine:
@@ -106,6 +135,8 @@ class Engine:
         self.settings = settings
         self.store = Store(redis, settings)
         self.episodes = EpisodeStore(redis, settings)
+        self.calls_in_flight = 0
+        """`call`s this engine is answering now (the API's `/api/v1/live` shows it)."""
         self.follow: EventFollower | None = None
         """Where `wait` waits for an execution's next events. Unset, it is a blocking read of
         the execution's stream (a Redis connection per waiter); the API points it at its one
@@ -121,11 +152,72 @@ class Engine:
         actor: str = "internal",
         episode: str | None = None,
         ctx: Context | None = None,
+        typed: bool = True,
     ) -> Any:
-        """Run a capability's handler here and now (not as an execution)."""
+        """Run a capability's handler here and now (not as an execution). Its answer is of
+        its declared output type; with `typed` False, a caller that only encodes it as JSON
+        may get it in its stored form instead (`StoredForm`: the same JSON, not decoded)."""
         cap = self.registry.require(capability_id)
         value = raw_input if isinstance(raw_input, cap.input) else validate_input(cap.input, raw_input)
-        return await call_handler(cap, ctx or Context(self, actor, episode), value)
+        output = await call_handler(cap, ctx or Context(self, actor, episode), value)
+        return as_declared(cap, output) if typed else output
+
+    async def call(
+        self,
+        capability_id: str,
+        raw_input: Any,
+        *,
+        actor: str = "internal",
+        episode: str | None = None,
+        ctx: Context | None = None,
+        wait_ms: int | None = None,
+        on_event: OnEvent | None = None,
+        on_started: OnStarted | None = None,
+        typed: bool = True,
+    ) -> Called:
+        """A capability as its own route, tool or command runs it.
+
+        The engine's own built-ins (reads of state and the controls, `executable=False`)
+        answer here and now. Every other capability is started as an execution on the
+        workers, so a handler never runs in the process of a surface: its output is
+        answered when it succeeds within `wait_ms` (default `LIMITS.call_wait_ms`, at most
+        `LIMITS.wait_bound_ms`; 0 answers the queued execution at once), else the execution
+        as it stands, still going. One that failed or was cancelled raises its error, with
+        the execution's id as the correlation id. `on_started` sees the queued execution
+        before the wait, `on_event` each of its events during it. `typed`: as `invoke`'s.
+        """
+        with self._in_flight():
+            cap = self.registry.require(capability_id)
+            if not cap.executable:
+                output = await self.invoke(
+                    cap.id, raw_input, actor=actor, episode=episode, ctx=ctx, typed=typed
+                )
+                return Called(output)
+            started = await self.start(cap.id, raw_input, actor=actor, episode=episode)
+            if on_started is not None:
+                await on_started(started)
+            if wait_ms == 0:
+                return Called(execution=started)
+            wait_ms = clamp(wait_ms, LIMITS.call_wait_ms, LIMITS.wait_bound_ms)
+            try:
+                snap = await self.wait(started.id, wait_ms, on_event=on_event)
+            except UNREACHABLE:
+                # Started, then Redis went away: say it was started (as still going), not an
+                # error that would have the caller start it a second time.
+                return Called(execution=started)
+            if snap.state == "succeeded":
+                return Called(snap.output, snap)
+            if is_final(snap.state):
+                raise ended_badly(snap)
+            return Called(execution=snap)
+
+    @contextlib.contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        self.calls_in_flight += 1
+        try:
+            yield
+        finally:
+            self.calls_in_flight -= 1
 
     # -- executions ---------------------------------------------------------------------
 
@@ -192,22 +284,46 @@ class Engine:
     async def events(
         self, execution_id: str, after: int | None = None, limit: int | None = None
     ) -> EventHistory:
+        """One page of an execution's events, oldest first, after `after`, typed."""
+        execution_id, page, last = await self._page(execution_id, after, limit)
+        return EventHistory(
+            execution_id=execution_id,
+            state=page.state,  # type: ignore[arg-type]
+            events=[event_decoder.decode(e) for e in page.events],
+            last_sequence=last,
+            more=page.more,
+            truncated=page.truncated,
+        )
+
+    async def stored_events(
+        self, execution_id: str, after: int | None = None, limit: int | None = None
+    ) -> StoredEventHistory:
+        """The same page as `events`, its events passed through as stored (not decoded)."""
+        execution_id, page, last = await self._page(execution_id, after, limit)
+        return StoredEventHistory(
+            execution_id=execution_id,
+            state=page.state,  # type: ignore[arg-type]
+            events=[msgspec.Raw(e) for e in page.events],
+            last_sequence=last,
+            more=page.more,
+            truncated=page.truncated,
+        )
+
+    async def _page(
+        self, execution_id: str, after: int | None, limit: int | None
+    ) -> tuple[str, RawPage, int]:
+        """The checked id, the stored page, and the sequence the page ends at."""
         execution_id = require_execution_id(execution_id)
         after = require_sequence(after or 0)
         limit = clamp(limit, LIMITS.page_events, LIMITS.page_events)
         page = await self.store.page(execution_id, after, limit)
         if page is None:
             raise _unknown(execution_id)
-        events = [event_decoder.decode(e) for e in page.events]
-        last = events[-1].sequence if events else max(after, page.last_sequence)
-        return EventHistory(
-            execution_id=execution_id,
-            state=page.state,  # type: ignore[arg-type]
-            events=events,
-            last_sequence=last,
-            more=page.more,
-            truncated=page.truncated,
-        )
+        if page.events:
+            last = _sequence_decoder.decode(page.events[-1]).sequence
+        else:
+            last = max(after, page.last_sequence)
+        return execution_id, page, last
 
     async def list(
         self,
@@ -396,6 +512,19 @@ class Engine:
         )
 
 
+def as_declared(cap: Capability, output: Any) -> Any:
+    """A handler's answer as its declared output type: one in its stored form (`StoredForm`)
+    is decoded into it (the JSON it encodes to is that type's); any other is as it is."""
+    if isinstance(output, StoredForm):
+        return _decoder_of(cap.output).decode(msgspec.json.encode(output))
+    return output
+
+
+@functools.cache
+def _decoder_of(tp: Any) -> msgspec.json.Decoder[Any]:
+    return msgspec.json.Decoder(tp)
+
+
 async def call_handler(cap: Capability, ctx: Context, value: Any) -> Any:
     """Call a handler with its context: awaited when async, in a thread when plain."""
     if asyncio.iscoroutinefunction(cap.handler):
@@ -417,6 +546,22 @@ def _matches(
 
 def _text(value: bytes | None) -> Any:
     return value.decode() if value is not None else msgspec.UNSET
+
+
+def ended_badly(snap: ExecutionSnapshot) -> MajordomusError:
+    """The error of an execution that failed or was cancelled, as its caller is told it."""
+    error = snap.error if isinstance(snap.error, ExecutionError) else None
+    code: Any = error.code if error is not None and error.code in HTTP_STATUS else "internal"
+    if error is None and snap.state == "cancelled":
+        code = "cancelled"
+    message = error.message if error is not None else f"the execution ended {snap.state}"
+    suggestion = error.suggestion if error is not None and error.suggestion else None
+    return MajordomusError(
+        code,
+        f"{snap.capability} ran as {snap.id}, which {snap.state}: {message}",
+        suggestion or f"read its events: GET {snap.links.events}",
+        snap.id,
+    )
 
 
 def _unknown(execution_id: str) -> MajordomusError:

@@ -29,18 +29,46 @@ the capabilities `majordomus.builtins.episodes`.
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from typing import Annotated, Literal, Protocol
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from majordomus.config import Settings
 from majordomus.errors import invalid_input
+from majordomus.schemas import PROBLEMS
 
 EXTERNAL_ID_CHARS = 256
 """The longest `external_id` accepted (a conversation or thread id is far shorter)."""
 
 LINE_BREAKS = frozenset("\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029")
+
+WHITE_SPACE = frozenset(c for c in map(chr, range(0x3001)) if c.isspace())
+"""What `str.strip` removes (`str.isspace`; none is above U+3000)."""
+
+
+def _char_class(chars: frozenset[str]) -> str:
+    """`chars` as the inside of a regular expression's `[...]`, each as `\\uXXXX`, which
+    the dialects a client may validate with (ECMA-262, Python, Rust) all read alike."""
+    return "".join(f"\\u{ord(c):04x}" for c in sorted(chars))
+
+
+ExternalId = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=EXTERNAL_ID_CHARS,
+        pattern=f"[^{_char_class(WHITE_SPACE)}]",
+        extra_json_schema={
+            PROBLEMS: {"pattern": "is blank", "not": "spans more than one line"},
+            # Anywhere in it, so no anchor: `$` differs between dialects (Python's also
+            # matches before a final newline), and generators read look-aheads loosely.
+            "not": {"type": "string", "pattern": f"[{_char_class(LINE_BREAKS)}]"},
+        },
+    ),
+]
+"""An `external_id` in an input: its schema says what `checked_external_id` refuses (not
+blank, one line, at most `EXTERNAL_ID_CHARS`), so a client learns it before it asks."""
 
 
 HolderKind = Literal["session", "handle"]

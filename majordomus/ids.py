@@ -9,10 +9,34 @@ from __future__ import annotations
 import re
 import secrets
 import time
+from typing import Annotated
+
+import msgspec
 
 from majordomus.errors import invalid_input
+from majordomus.schemas import PROBLEMS
 
-EXECUTION_ID = re.compile(r"^x-\d{8}T\d{6}Z-[0-9a-f]{8}$")
+EXECUTION_ID_PATTERN = r"^x-[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}$"
+"""The shape of an execution id, as the JSON Schemas say it and the server checks it (ASCII
+digits: `\\d` would admit any script's digits, which no id has and no schema would allow)."""
+
+EXECUTION_ID = re.compile(EXECUTION_ID_PATTERN)
+
+EXAMPLE_EXECUTION_ID = "x-20260908T010203Z-0a1b2c3d"
+
+ExecutionId = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=EXECUTION_ID_PATTERN,
+        examples=[EXAMPLE_EXECUTION_ID],
+        extra_json_schema={
+            PROBLEMS: {"pattern": f"is not an execution id (one looks like {EXAMPLE_EXECUTION_ID})"}
+        },
+    ),
+]
+"""An execution id where an input names one: its pattern is in every schema of that input
+(route, OpenAPI, MCP tool, command), so a client learns the shape before it asks."""
+
 PROTOCOL_VERSION = "1"
 
 
@@ -30,7 +54,7 @@ def require_execution_id(value: object) -> str:
     if not is_execution_id(value):
         raise invalid_input(
             f"{value!r} is not an execution id",
-            "an execution id looks like x-20260908T010203Z-0a1b2c3d",
+            f"an execution id looks like {EXAMPLE_EXECUTION_ID}",
         )
     return str(value)
 

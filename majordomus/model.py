@@ -229,6 +229,25 @@ class EventHistory(msgspec.Struct):
     truncated: bool
 
 
+class StoredForm(msgspec.Struct):
+    """An answer in the form it was read from the store, for a capability whose declared
+    output is the typed shape of the same JSON: what is passed through as stored is
+    `msgspec.Raw`, so it encodes to that JSON without decoding it first. A surface that
+    only encodes the answer (the HTTP route) sends it as it is; the engine decodes it into
+    the declared output for every caller that wants typed values (`Engine.invoke`)."""
+
+
+class StoredEventHistory(StoredForm):
+    """`EventHistory` as read: the same members, its events the stored envelopes."""
+
+    execution_id: str
+    state: ExecutionState
+    events: list[msgspec.Raw]
+    last_sequence: int
+    more: bool
+    truncated: bool
+
+
 event_decoder = msgspec.json.Decoder(ExecutionEvent)
 
 

@@ -14,16 +14,20 @@ key is gone: its executions are about to be failed as `unavailable` by a sweeper
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from majordomus.engine import Engine
 from majordomus.errors import ExecutionError
 from majordomus.model import ProgressView
 from majordomus.states import ExecutionState
 from majordomus.store.clock import now_stamp
-from majordomus.store.executions import Store
+
+if TYPE_CHECKING:
+    # Only named in annotations: the report types are declared without the engine.
+    from majordomus.engine import Engine
+    from majordomus.store.executions import Store
 
 RECENT_FINISHED = 200
 """How many of the latest finished executions are looked through for failures."""

@@ -1,9 +1,15 @@
 """JSON Schemas projected from msgspec types, and what is done with them.
 
 Schemas are generated, never written: `schema_of` inlines msgspec's root `$ref` so a tool or
-an OpenAPI operation gets a plain object schema. Input validation reports up to five
-problems as `"/pointer: problem"`; redaction is driven by the schema alone (`format:
-password`, `writeOnly: true`, `x-majordomus-sensitive: true`), never by a field's name.
+an OpenAPI operation gets a plain object schema, and writes `T | None` as the seeds do,
+`{"type": [T, "null"]}` rather than an `anyOf`, so every member of an input has a `type` a
+client can read; `schema_components` does the same for the OpenAPI document, so a route, a
+tool, a command and the document say one thing. A schema says what the server accepts:
+inputs are validated against it first, then converted by msgspec. Validation reports up to
+five problems as `"/pointer: problem"` (in the words of the schema's
+`x-majordomus-problems` where it has them); redaction is driven by the schema alone
+(`format: password`, `writeOnly: true`, `x-majordomus-sensitive: true`), never by a
+field's name.
 
 A problem never echoes a secret: where the failing value is, holds or may be a sensitive
 member, the value is shown as `«redacted»`, and any sensitive value of the input that a
@@ -21,7 +27,6 @@ from collections.abc import Callable, Iterable
 from functools import cache
 from typing import Annotated, Any
 
-import jsonschema
 import msgspec
 
 from majordomus.config import LIMITS
@@ -32,6 +37,11 @@ SENSITIVE = "x-majordomus-sensitive"
 
 Secret = Annotated[str, msgspec.Meta(extra_json_schema={SENSITIVE: True})]
 """A string a capability's input marks as sensitive: redacted wherever the input is shown."""
+
+PROBLEMS = "x-majordomus-problems"
+"""Beside the keywords of a schema, what a value that fails one of them is, by keyword, as
+the rest of a sentence that starts with the value (`{"pattern": "is not an execution
+id"}`): a person reads that, not the regular expression."""
 
 MAX_INPUT_DEPTH = 64
 """How deeply an input's arrays and objects may nest (the input itself is level 1). A
@@ -58,6 +68,7 @@ def schema_of(tp: Any) -> dict[str, Any]:
     """
     raw = msgspec.json.schema(tp)
     _describe_fields(tp, raw.get("$defs", {}))
+    raw = _nullable_as_type_list(raw)
     ref = raw.get("$ref")
     defs = raw.get("$defs", {})
     if ref is None:
@@ -69,6 +80,66 @@ def schema_of(tp: Any) -> dict[str, Any]:
         # Kept whole, the root's own entry included, so a self-reference still resolves.
         root["$defs"] = defs
     return root
+
+
+def schema_components(
+    types: Iterable[Any], ref_template: str
+) -> tuple[tuple[dict[str, Any], ...], dict[str, Any]]:
+    """msgspec's `schema_components`, shaped as `schema_of` shapes one schema (members
+    described, nullable scalars as type lists), for a document that names its types."""
+    types = list(types)
+    refs, components = msgspec.json.schema_components(types, ref_template=ref_template)
+    for tp in types:
+        _describe_fields(tp, components)
+    return refs, _nullable_as_type_list(components)
+
+
+def _nullable_as_type_list(node: Any) -> Any:
+    """`{"anyOf": [{"type": T, ...}, {"type": "null"}]}`, as msgspec writes `T | None`, as
+    `{"type": [T, "null"], ...}`, everywhere in a schema.
+
+    The same set of values, in the form the seed schemas write (`EventsInput.schema.json`)
+    and the one clients read: a client that types an argument from its property's `type`
+    (the MCP Inspector's CLI does) finds one. A branch that is a `$ref`, a `const` or
+    carries a composition keyword stays an `anyOf`; an `enum` of strings gains `null`.
+    """
+    if isinstance(node, list):
+        return [_nullable_as_type_list(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    node = {k: _nullable_as_type_list(v) for k, v in node.items()}
+    branches = node.get("anyOf")
+    if not (isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches):
+        return node
+    (kept,) = [b for b in branches if b != {"type": "null"}] or [None]
+    merged = _with_null(kept) if isinstance(kept, dict) else None
+    if merged is None or set(merged) & (set(node) - {"anyOf"}):
+        return node
+    return {**merged, **{k: v for k, v in node.items() if k != "anyOf"}}
+
+
+def _with_null(branch: dict[str, Any]) -> dict[str, Any] | None:
+    """`branch` admitting null as well, written with a type list; None where that cannot be
+    said without `anyOf`."""
+    if set(branch) & {"$ref", "const", "anyOf", "oneOf", "allOf", "if"}:
+        return None
+    refused = branch.get("not")
+    if refused is not None and not (isinstance(refused, dict) and _excludes_null(refused)):
+        return None  # a `not` that null passes would refuse null once merged
+    t = branch.get("type")
+    if "enum" in branch:
+        values = branch["enum"]
+        if t is not None or not all(isinstance(v, str) for v in values):
+            return None
+        return {**branch, "type": ["string", "null"], "enum": [*values, None]}
+    if isinstance(t, str) and t != "null":
+        return {**branch, "type": [t, "null"]}
+    return None
+
+
+def _excludes_null(node: dict[str, Any]) -> bool:
+    t = node.get("type")
+    return isinstance(t, str) and t != "null"
 
 
 def _describe_fields(tp: Any, defs: dict[str, Any]) -> None:
@@ -109,7 +180,10 @@ def _struct_types(info: Any, seen: set[type]) -> list[Any]:
 
 
 @cache
-def _validator(tp: Any) -> jsonschema.Draft202012Validator:
+def _validator(tp: Any) -> Any:
+    # Imported here: declaring capabilities (all `majordomus --help` does) needs none of it.
+    import jsonschema
+
     return jsonschema.Draft202012Validator(schema_of(tp))
 
 
@@ -167,6 +241,9 @@ def _problem(error: Any, root: dict[str, Any], mask: Mask) -> str:
     shown as `«redacted»`, a long one is cut, and no secret of the input is left in it."""
     message = str(error.message)
     shown = repr(error.instance)
+    said = error.schema.get(PROBLEMS) if isinstance(error.schema, dict) else None
+    if isinstance(said, dict) and isinstance(said.get(error.validator), str):
+        message = f"{shown} {said[error.validator]}"
     if _may_hold_secret(root, list(error.absolute_path)):
         message = _without_value(message, shown, error.validator)
     elif len(shown) > ECHOED_VALUE_CHARS and message.startswith(shown):
@@ -275,8 +352,9 @@ Found = Callable[[Any], None]
 def _redact(
     node: dict[str, Any], root: dict[str, Any], value: Any, found: Found | None = None
 ) -> Any:
-    """`value` redacted by `node`; `found`, when given, is called with each value redacted."""
-    if _is_sensitive(node):
+    """`value` redacted by `node`; `found`, when given, is called with each value redacted.
+    A null is never a secret: an optional sensitive member left out stays null."""
+    if _is_sensitive(node) and value is not None:
         if found is not None:
             found(value)
         return REDACTED
@@ -455,8 +533,10 @@ __all__ = [
     "REDACTED",
     "Secret",
     "MajordomusError",
+    "PROBLEMS",
     "coerce_strings",
     "redact",
+    "schema_components",
     "schema_of",
     "secret_mask",
     "secret_values",

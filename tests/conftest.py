@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,7 +31,12 @@ from majordomus.engine import Engine
 from majordomus.loading import load_capabilities
 from majordomus.registry import REGISTRY
 from majordomus.store.connect import connect
-from majordomus.store.embedded import EmbeddedRedis, install_hint, redis_server_binary
+from majordomus.store.embedded import (
+    EmbeddedRedis,
+    free_port,
+    install_hint,
+    redis_server_binary,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 load_capabilities(["tests.capabilities"])
@@ -80,11 +86,27 @@ def pytest_sessionstart(session: Any) -> None:
     _redis_url()
 
 
+CHROMIUM = os.environ.get("MAJORDOMUS_TEST_CHROMIUM", "/usr/bin/chromium")
+"""The browser the console's tests drive: the machine's (Debian's `chromium`), never a download."""
+
+
+def chromium_found() -> bool:
+    return os.path.exists(CHROMIUM) or shutil.which(CHROMIUM) is not None
+
+
 def pytest_report_header(config: Any) -> list[str]:
     url = _redis_url()
     if _embedded is not None:
-        return [f"redis: {url}, started by the suite: {_embedded.origin} ({_embedded.binary})"]
-    return [f"redis: {url} (MAJORDOMUS_TEST_REDIS_URL)"]
+        lines = [f"redis: {url}, started by the suite: {_embedded.origin} ({_embedded.binary})"]
+    else:
+        lines = [f"redis: {url} (MAJORDOMUS_TEST_REDIS_URL)"]
+    if not chromium_found():
+        fate = "fail (CI)" if os.environ.get("CI") else "are skipped"
+        lines.append(
+            f"chromium: none at {CHROMIUM}: the console's browser tests {fate}; "
+            "apt-get install chromium"
+        )
+    return lines
 
 
 def pytest_unconfigure(config: Any) -> None:
@@ -231,6 +253,95 @@ class WorkerProcess:
             self.process.wait(10)
         assert self.process.stdout is not None
         return self.process.stdout.read().decode(errors="replace")
+
+
+BANNER_END = "Ctrl-C stops everything"
+"""The last line of `majordomus dev`'s banner: out once the API answers."""
+
+
+class DevProcess:
+    """`majordomus dev --port P` as a user starts it: in a session of its own (a terminal's
+    foreground job, which Ctrl-C reaches as a whole), its output in a file.
+
+    `argv` is what runs `majordomus` (`python -m majordomus.cli` by default; a console
+    script, or `python -c PROGRAM` for a child that must see another machine); `env` is the
+    whole environment.
+    """
+
+    def __init__(
+        self, env: dict[str, str], argv: list[str] | None = None, cwd: Path = ROOT
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115  closed by close()
+        self.process = subprocess.Popen(
+            [*(argv or [sys.executable, "-m", "majordomus.cli"]), "dev", "--port", str(self.port)],
+            cwd=cwd,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def output(self) -> str:
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def wait_for_banner(self, timeout: float = 30) -> str:
+        deadline = time.monotonic() + timeout
+        while BANNER_END not in (text := self.output()):
+            assert self.process.poll() is None, f"dev exited at start:\n{text}"
+            assert time.monotonic() < deadline, f"dev printed no banner in {timeout} s:\n{text}"
+            time.sleep(0.05)
+        return text
+
+    def ctrl_c(self, presses: int = 1, timeout: float = 15) -> int:
+        """Ctrl-C as a terminal sends it (SIGINT to the group), `presses` times; its exit
+        code (SIGKILL to the group if it outlives `timeout`, and the test fails)."""
+        for press in range(presses):
+            if press:
+                time.sleep(0.05)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGINT)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"dev outlived Ctrl-C by {timeout} s:\n{self.output()}") from None
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def close(self) -> None:
+        """Gone, whatever it was doing, and its log with it."""
+        self.kill()
+        self.log.close()
+
+
+@contextlib.contextmanager
+def running_dev(
+    env: dict[str, str], argv: list[str] | None = None, cwd: Path = ROOT
+) -> Iterator[DevProcess]:
+    """A `DevProcess` once its banner is out; on leaving, Ctrl-C, which must stop it
+    cleanly: exit code 0, no traceback, its last line said."""
+    dev = DevProcess(env, argv, cwd)
+    try:
+        dev.wait_for_banner()
+        yield dev
+        code = dev.ctrl_c()
+        text = dev.output()
+        assert code == 0, text
+        assert "Traceback" not in text, text
+        assert "majordomus dev stopped" in text, text
+    finally:
+        dev.close()
 
 
 @pytest.fixture

@@ -10,10 +10,8 @@ import contextlib
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +19,7 @@ import httpx
 import pytest
 import redis as redis_sync
 
-from majordomus.store.embedded import free_port
-from tests.conftest import ROOT
+from tests.conftest import ROOT, running_dev
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -62,35 +59,9 @@ def folder(tmp_path: Path, redis_url: str) -> Path:
 
 @contextlib.contextmanager
 def dev(folder: Path, env: dict[str, str]) -> Iterator[str]:
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    log = folder / "dev.log"
-    with open(log, "wb") as out:
-        process = subprocess.Popen(
-            [str(CONSOLE_SCRIPT), "dev", "--port", str(port)],
-            cwd=folder,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, f"dev exited at start:\n{log.read_text()}"
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(base + "/api/v1/live", timeout=1).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, f"dev did not answer:\n{log.read_text()}"
-            time.sleep(0.05)
-        yield base
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(5)
+    """`majordomus dev`, the console script, from the folder of the README's module."""
+    with running_dev(env, [str(CONSOLE_SCRIPT)], cwd=folder) as running:
+        yield running.url
 
 
 def test_the_readme_capability_runs_from_its_folder_as_the_readme_says(
@@ -121,6 +92,10 @@ def test_the_readme_capability_runs_from_its_folder_as_the_readme_says(
 
         direct = http.post("/api/v1/greetings/shout", json={"text": "hi"})
         assert direct.json() == {"text": "HI!"}, direct.text
+        ran_as = http.get(
+            "/api/v1/executions/get", params={"id": direct.headers["Majordomus-Execution"]}
+        ).json()
+        assert ran_as["state"] == "succeeded" and ran_as["worker"], ran_as  # on dev's worker
         listed = http.get("/api/v1/capabilities", params={"module": "greetings"})
         caps = {c["id"]: c for c in listed.json()["capabilities"]}
         assert caps["greetings.shout"]["max_concurrency"] == 1, caps

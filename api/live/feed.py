@@ -122,6 +122,9 @@ class Listener:
         self.missed_last: str | None = None
         self.closing: str | None = None
         self._waiter: asyncio.Future[bool] | None = None
+        self._deadline = 0.0
+        """When the current wait times out (the event loop's clock)."""
+        self._timer: asyncio.TimerHandle | None = None
 
     def offer(self, entry: FeedEntry) -> None:
         if not self.behind and len(self.items) < self.size:
@@ -155,19 +158,37 @@ class Listener:
             return True
         # A bare future and a timer rather than `wait_for` on an `Event`: a fan-out wakes
         # every listener of an execution per event, and `wait_for` costs each a new task.
+        # The timer outlives a wait that an entry ends, and is only set again when it would
+        # fire too late: so a listener of a busy execution touches the loop's timer heap
+        # about once a timeout, not twice an event.
         loop = asyncio.get_running_loop()
+        self._deadline = loop.time() + timeout
+        timer = self._timer
+        if timer is None or timer.when() > self._deadline:
+            if timer is not None:
+                timer.cancel()
+            self._timer = loop.call_at(self._deadline, self._timed_out, loop)
         waiter = self._waiter = loop.create_future()
-        timer = loop.call_later(timeout, _time_out, waiter)
         try:
             return await waiter
         finally:
-            timer.cancel()
             self._waiter = None
 
+    def _timed_out(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        if loop.time() < self._deadline:
+            # Set for a wait that ended on an entry: the one going on now ends later.
+            self._timer = loop.call_at(self._deadline, self._timed_out, loop)
+            return
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(False)
 
-def _time_out(waiter: asyncio.Future[bool]) -> None:
-    if not waiter.done():
-        waiter.set_result(False)
+    def release(self) -> None:
+        """It waits no more (its hub let it go): its timer goes."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class FeedHub:
@@ -263,6 +284,7 @@ class FeedHub:
         return listener
 
     def unregister(self, listener: Listener) -> None:
+        listener.release()
         if listener.execution_id is None:
             self.unscoped.discard(listener)
             return

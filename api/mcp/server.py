@@ -30,12 +30,12 @@ from mcp.server import Server, ServerRequestContext
 import majordomus
 from api.errors import classify
 from api.mcp.episodes import HeldEpisodes
-from majordomus.config import Settings
+from majordomus.config import LIMITS, Settings
 from majordomus.context import Context
 from majordomus.engine import Engine
 from majordomus.errors import MajordomusError
-from majordomus.model import ExecutionEvent, ExecutionProgress, describe_event
-from majordomus.registry import Capability
+from majordomus.model import ExecutionEvent, ExecutionProgress, ExecutionSnapshot, describe_event
+from majordomus.registry import Capability, Registry
 
 log = logging.getLogger("majordomus.mcp")
 
@@ -74,13 +74,32 @@ def ok_result(value: Any) -> types.CallToolResult:
     )
 
 
-def error_result(err: MajordomusError) -> types.CallToolResult:
-    """A failure as a tool result the model can read and a program can branch on."""
+def error_result(err: MajordomusError, **meta: Any) -> types.CallToolResult:
+    """A failure as a tool result the model can read and a program can branch on (the
+    execution it ran as, when it ran as one, is the error's `correlation_id`)."""
+    error = {"code": err.code, "suggestion": err.suggestion}
+    if err.correlation_id:
+        error["correlation_id"] = err.correlation_id
     return types.CallToolResult(
         content=[types.TextContent(text=f"{err.code}: {err.message}")],
         is_error=True,
-        _meta={"majordomus": {"error": {"code": err.code, "suggestion": err.suggestion}}},
+        _meta={"majordomus": {"error": error, **meta}},
     )
+
+
+def still_running(snap: ExecutionSnapshot, registry: Registry) -> types.CallToolResult:
+    """A tool call whose execution outlasted the call's wait. Not its output, so not a
+    result its output schema would have to describe: an error result that says where the
+    execution goes on, with the execution itself in `_meta`."""
+    err = MajordomusError(
+        "unavailable",
+        f"{snap.capability} is still {snap.state} as {snap.id} after "
+        f"{LIMITS.wait_bound_ms // 1000} s; its output is not ready yet",
+        f"wait for it with the tool {registry.require('executions.wait').exposure.mcp_tool} "
+        f"(id {snap.id}), or follow it at {snap.links.live}",
+        snap.id,
+    )
+    return error_result(err, execution=msgspec.to_builtins(snap))
 
 
 class ProgressForwarder:
@@ -178,14 +197,30 @@ class McpSurface:
                 on_progress=ProgressForwarder(ctx),
                 connection=binding,
             )
-            value = await self.engine.invoke(
-                cap.id, args, actor="mcp", episode=episode, ctx=call_ctx
+
+            async def noted(started: ExecutionSnapshot) -> None:
+                if isinstance(started.episode, str):
+                    await self.held.episodes.note_execution(started.episode, started.id)
+
+            called = await self.engine.call(
+                cap.id,
+                args,
+                actor="mcp",
+                episode=episode,
+                ctx=call_ctx,
+                wait_ms=LIMITS.wait_bound_ms,
+                on_event=call_ctx.on_progress,
+                on_started=noted,
             )
+            value = called.output
             if cap.id == START and isinstance(value.episode, str):
                 await self.held.episodes.note_execution(value.episode, value.id)
         except Exception as exc:  # noqa: BLE001  every failure is a result, never a traceback
             err, _ = classify(exc, "MCP", params.name)
             return error_result(err)
+        if called.pending:
+            assert called.execution is not None
+            return still_running(called.execution, self.engine.registry)
         return ok_result(value)
 
     # -- resources --------------------------------------------------------------------------

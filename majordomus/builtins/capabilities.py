@@ -7,13 +7,15 @@ description.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from majordomus.builtins.common import control
-from majordomus.context import Context
 from majordomus.registry import REGISTRY, Capability, Registry, capability
+
+if TYPE_CHECKING:
+    from majordomus.context import Context
 
 CONTROL = control("registry")
 """Stable, tagged `registry`, answering directly."""

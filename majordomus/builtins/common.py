@@ -6,17 +6,27 @@ Nothing here declares a capability; each stays one `@capability(...)` in its mod
 
 from __future__ import annotations
 
-from typing import Annotated, TypedDict
+from typing import TYPE_CHECKING, Annotated, TypedDict
 
 import msgspec
 
-from majordomus.context import Context
-from majordomus.engine import Engine
 from majordomus.errors import MajordomusError
+from majordomus.model import CURSOR_BOUND
 from majordomus.registry import Stability
 
+if TYPE_CHECKING:
+    # Only named in annotations: declaring the built-ins (all `majordomus --help` does with
+    # them) loads neither the handler context nor the engine, nor Redis behind them.
+    from majordomus.context import Context
+    from majordomus.engine import Engine
+
 NonNegative = Annotated[int, msgspec.Meta(ge=0)]
-"""A count or cursor in an input: zero or more (the bound, where there is one, clamps)."""
+"""A count in an input: zero or more (the bound, where there is one, clamps)."""
+
+Cursor = Annotated[int, msgspec.Meta(ge=0, extra_json_schema={"maximum": CURSOR_BOUND})]
+"""A sequence number in an input: a cursor past `CURSOR_BOUND` names no event and is
+refused rather than clamped, and the schema says so (as `maximum`: msgspec bounds no
+integer past int64, and the schema is what inputs are validated with first)."""
 
 
 class ControlDeclaration(TypedDict):

@@ -7,16 +7,19 @@ episode is lives in `majordomus.episodes`, its storage in `majordomus.store.epis
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgspec
 from msgspec import UNSET, UnsetType
 
 from majordomus.builtins.common import NonNegative, control, engine_of
-from majordomus.config import LIMITS
-from majordomus.context import Context
-from majordomus.engine import clamp
-from majordomus.episodes import Episode, EpisodeConnection, checked_external_id
+from majordomus.config import LIMITS, clamp
+from majordomus.episodes import Episode, EpisodeConnection, ExternalId, checked_external_id
 from majordomus.errors import not_found, refused
 from majordomus.registry import capability
+
+if TYPE_CHECKING:
+    from majordomus.context import Context
 
 CONTROL = control("episodes", stability="experimental")
 """Experimental, tagged `episodes`, answering directly."""
@@ -25,7 +28,7 @@ CONTROL = control("episodes", stability="experimental")
 class AttachInput(msgspec.Struct, forbid_unknown_fields=True):
     """The input of `episodes.attach`."""
 
-    external_id: str
+    external_id: ExternalId
     """The client's own durable name for the sitting (its conversation or thread id): one
     line, not blank, at most 256 characters. It must survive a reconnect."""
 
@@ -41,7 +44,7 @@ class AttachOutput(msgspec.Struct):
 class DetachInput(msgspec.Struct, forbid_unknown_fields=True):
     """The input of `episodes.detach`."""
 
-    external_id: str | None = None
+    external_id: ExternalId | None = None
     """The episode to close; absent: the one the calling MCP connection holds."""
 
 

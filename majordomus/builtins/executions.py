@@ -9,23 +9,27 @@ capability, runnable directly or as an execution, that exercises every kind of r
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from majordomus.builtins.common import NonNegative, control, engine_of
-from majordomus.context import Context, ExecutionCancelled
-from majordomus.engine import clamp
+from majordomus.builtins.common import Cursor, NonNegative, control, engine_of
+from majordomus.config import clamp
+from majordomus.ids import ExecutionId
 from majordomus.model import (
     CancelOutput,
     EventHistory,
     ExecutionList,
     ExecutionSnapshot,
     ProtocolInfo,
+    StoredEventHistory,
 )
 from majordomus.registry import capability
 from majordomus.states import ExecutionState
+
+if TYPE_CHECKING:
+    from majordomus.context import Context
 
 CONTROL = control("executions")
 """Stable, tagged `executions`, answering directly."""
@@ -37,8 +41,9 @@ class StartInput(msgspec.Struct, forbid_unknown_fields=True):
     """The input of `executions.start`."""
 
     capability: str
-    input: Any = None
-    """The capability's input, validated against its own schema."""
+    input: dict[str, Any] = {}
+    """The capability's input, a JSON object validated against its own schema; absent, it
+    is the empty object."""
     episode: str | None = None
     """The episode handle, for MCP clients without a session (2026-07-28)."""
 
@@ -100,7 +105,7 @@ async def list_executions(ctx: Context, inp: ListInput) -> ExecutionList:
 class GetInput(msgspec.Struct, forbid_unknown_fields=True):
     """The input of `executions.get`."""
 
-    id: str
+    id: ExecutionId
 
 
 @capability(
@@ -125,9 +130,9 @@ async def get(ctx: Context, inp: GetInput) -> ExecutionSnapshot:
 class EventsInput(msgspec.Struct, forbid_unknown_fields=True):
     """The input of `executions.events`."""
 
-    id: str
+    id: ExecutionId
     """The execution's id."""
-    after: NonNegative | None = None
+    after: Cursor | None = None
     """Only events after this sequence number: the cursor a reconnecting client holds."""
     limit: NonNegative | None = None
     """How many, oldest first; the default and the bound are both `500`."""
@@ -149,8 +154,9 @@ class EventsInput(msgspec.Struct, forbid_unknown_fields=True):
     cli=("executions", "events"),
     **CONTROL,
 )
-async def events(ctx: Context, inp: EventsInput) -> EventHistory:
-    return await engine_of(ctx).events(inp.id, inp.after, inp.limit)
+async def events(ctx: Context, inp: EventsInput) -> StoredEventHistory:
+    # The events as stored: a caller that wants them typed gets an `EventHistory`.
+    return await engine_of(ctx).stored_events(inp.id, inp.after, inp.limit)
 
 
 # -- executions.cancel --------------------------------------------------------------------
@@ -159,7 +165,7 @@ async def events(ctx: Context, inp: EventsInput) -> EventHistory:
 class CancelInput(msgspec.Struct, forbid_unknown_fields=True):
     """The input of `executions.cancel`."""
 
-    id: str
+    id: ExecutionId
 
 
 @capability(
@@ -210,7 +216,7 @@ async def protocol(ctx: Context, inp: ProtocolInput) -> ProtocolInfo:
 class WaitInput(msgspec.Struct, forbid_unknown_fields=True):
     """The input of `executions.wait`."""
 
-    id: str
+    id: ExecutionId
     timeout_ms: NonNegative | None = None
     """How long to wait; the default is 30,000 and the bound 60,000."""
 
@@ -302,4 +308,4 @@ async def demonstrate(ctx: Context, inp: DemoInput) -> DemoOutput:
     return DemoOutput(inp.steps, elapsed, ctx.observed)
 
 
-__all__ = ["DemoInput", "DemoOutput", "ExecutionCancelled", "UNSET", "UnsetType"]
+__all__ = ["DemoInput", "DemoOutput", "UNSET", "UnsetType"]

@@ -10,12 +10,16 @@ nothing here reads the store.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import msgspec
 
 from majordomus.builtins.common import control, engine_of
-from majordomus.context import Context
 from majordomus.registry import capability
 from majordomus.reports import QueueReport, WorkerReport, queue_report, worker_report
+
+if TYPE_CHECKING:
+    from majordomus.context import Context
 
 CONTROL = control("queue")
 """Stable, tagged `queue`, answering directly."""

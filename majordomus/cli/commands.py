@@ -13,20 +13,22 @@ HTTP API; with neither, through the API of a running `majordomus dev` (found by 
 which it says in one line on stderr), else against the default Redis, named as the default
 (`transport.transport`). A failure is one line on stderr (code, message, suggestion) and an
 exit code from `errors.EXIT_CODE`, never a traceback. Nothing here is written for one capability but
-`run`: the rest is a projection of the declarations.
+`run`: the rest is a projection of the declarations. What only running a command needs
+(the engine, the Redis client, httpx, rich's live display) is imported where it runs, so
+`majordomus --help` loads none of it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import enum
+import functools
 import inspect
 import io
 import json
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine, MutableMapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +36,6 @@ from typing import Any
 import msgspec
 import typer
 from rich.console import Console
-from rich.live import Live
 from rich.markup import escape
 from rich.text import Text
 from typer.core import TyperGroup
@@ -45,12 +46,10 @@ from majordomus.docs import field_docs, type_text
 from majordomus.errors import EXIT_CODE, ExecutionError, MajordomusError, invalid_input
 from majordomus.ids import require_execution_id
 from majordomus.loading import load_capabilities
-from majordomus.loops import within
 from majordomus.model import CancelOutput, ExecutionSnapshot
 from majordomus.registry import Capability, Registry
 from majordomus.schemas import coerce_strings
 from majordomus.states import is_final
-from majordomus.store.failures import StoreFailure
 
 INTERRUPTED = 130
 """Exit code when following stopped on a second Ctrl-C (the execution left running)."""
@@ -96,6 +95,12 @@ def _watch_option() -> Any:
     return typer.Option(False, "--watch", "-w", help="Read it again and redraw it until Ctrl-C.")
 
 
+def _detach_option() -> Any:
+    return typer.Option(
+        False, "--detach", "-d", help="Start it, print its id and return; do not follow."
+    )
+
+
 def _interval_option() -> Any:
     return typer.Option(1.0, "--interval", metavar="SECONDS", help="Between redraws.")
 
@@ -125,6 +130,8 @@ def print_json(value: Any) -> None:
 
 def execute(body: Callable[[], Coroutine[Any, Any, int | None]], fmt: Format = Format.text) -> None:
     """Run an async command body: its failures become one line and an exit code."""
+    import asyncio
+
     try:
         code = asyncio.run(body())
     except MajordomusError as exc:
@@ -141,6 +148,8 @@ def execute(body: Callable[[], Coroutine[Any, Any, int | None]], fmt: Format = F
 
 async def using(api: str | None, work: Callable[[Transport], Awaitable[int | None]]) -> int | None:
     """Open the transport `--api` asks for, run `work` on it, close it; Redis failures named."""
+    from majordomus.store.failures import StoreFailure
+
     t = transport(settings(), registry(), api)
     if t.found:
         typer.echo(t.found, err=True)
@@ -284,8 +293,8 @@ def command_help(cap: Capability) -> str:
     text = f"{cap.title}.\n\n{cap.description}\n\n" + "; ".join(where) + "."
     if cap.executable:
         text += (
-            " This command answers here and now; to run it as an execution anyone can "
-            f"watch: majordomus run {cap.id}."
+            " It runs as an execution on the workers, followed live to its end as "
+            f"majordomus run {cap.id} does; --format json prints its output. {FOLLOWING_HELP}"
         )
     return escape(text)
 
@@ -322,9 +331,16 @@ def capability_command(cap: Capability) -> Callable[..., None]:
         api: str | None = values.pop("api")
         every: float | None = values.pop("interval") if values.pop("watch_", False) else None
         given = {o.member: values[o.param] for o in options if values.get(o.param) is not None}
+        if cap.executable:
+            request = RunRequest(cap.id, None, None, given, values.pop("detach"))
+            start = registry().require("executions.start")
+            execute(lambda: start_and_follow(start, cap, request, fmt, api, answer=True), fmt)
+            return
         execute(lambda: call_and_show(cap, given, fmt, api, every), fmt)
 
     params = [_typer_parameter(o) for o in options]
+    if cap.executable:
+        params.append(_keyword("detach", _detach_option(), bool))
     if watched:
         params.append(_keyword("watch_", _watch_option(), bool))
         params.append(_keyword("interval", _interval_option(), float))
@@ -402,6 +418,12 @@ async def watch(
 ) -> None:
     """Read an answer and show it every `every` seconds until Ctrl-C: redrawn in place on a
     terminal, one after another elsewhere, one JSON answer per line with `--format json`."""
+    import asyncio
+
+    from rich.live import Live
+
+    from majordomus.loops import within
+
     console = stdout()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -489,14 +511,26 @@ async def warn_without_workers(t: Transport, errors: Console) -> None:
 
 
 async def follow_to_end(
-    t: Transport, execution_id: str, title: str, fmt: Format, after: int = 0
+    t: Transport,
+    execution_id: str,
+    title: str,
+    fmt: Format,
+    after: int = 0,
+    *,
+    answer: bool = False,
 ) -> int:
     """Show an execution's events until it is final; answers the exit code of its outcome.
+    With `--format json` it prints the final snapshot, or with `answer` the output alone (a
+    failure then as the one error line on stderr).
 
     The first Ctrl-C asks it to cancel and goes on following; a second stops following and
     leaves it running, saying how to follow it again.
     """
+    import asyncio
+
     from majordomus.cli.render import Follower, outcome
+    from majordomus.engine import ended_badly
+    from majordomus.store.failures import StoreFailure
 
     reg = registry()
     console, errors = stdout(), stderr()
@@ -573,7 +607,12 @@ async def follow_to_end(
     while not is_final(snap.state):
         final = await t.call(reg.require("executions.wait"), {"id": execution_id})
         snap = typed(final, ExecutionSnapshot, t.where)
-    if fmt is Format.json:
+    if fmt is Format.json and answer:
+        if snap.state == "succeeded":
+            print_json(final.get("output"))
+        else:
+            say_error(ended_badly(snap))
+    elif fmt is Format.json:
         print_json(final)
     else:
         outcome(console, errors, snap)
@@ -681,13 +720,7 @@ def run_command(start: Capability, cap: Capability | None) -> Callable[..., None
             ),
             str | None,
         ),
-        _keyword(
-            "detach",
-            typer.Option(
-                False, "--detach", "-d", help="Start it, print its id and return; do not follow."
-            ),
-            bool,
-        ),
+        _keyword("detach", _detach_option(), bool),
         _keyword("output_format", _format_option(), Format),
         _keyword("api", _api_option(), str | None),
     ]
@@ -740,13 +773,24 @@ def input_of(cap: Capability | None, given: RunRequest) -> Any:
 
 
 async def start_and_follow(
-    start: Capability, cap: Capability | None, given: RunRequest, fmt: Format, api: str | None
+    start: Capability,
+    cap: Capability | None,
+    given: RunRequest,
+    fmt: Format,
+    api: str | None,
+    *,
+    answer: bool = False,
 ) -> int | None:
+    """Start `given` and follow it to its end. `answer`: as the capability's own command,
+    whose `--format json` is its output (the final snapshot, for `run`)."""
     raw_input = input_of(cap, given)
     capability = given.capability
 
     async def work(t: Transport) -> int:
-        snap = await t.call(start, {"capability": capability, "input": raw_input})
+        request: dict[str, Any] = {"capability": capability}
+        if raw_input is not None:  # none given: left out, as the schema says (an object)
+            request["input"] = raw_input
+        snap = await t.call(start, request)
         execution_id = typed(snap, ExecutionSnapshot, t.where).id
         if given.detach:
             if fmt is Format.json:
@@ -761,7 +805,7 @@ async def start_and_follow(
             return 0
         if fmt is Format.text:
             await warn_without_workers(t, stderr())
-        return await follow_to_end(t, execution_id, capability, fmt)
+        return await follow_to_end(t, execution_id, capability, fmt, answer=answer)
 
     return await using(api, work)
 
@@ -806,45 +850,99 @@ def _existing_names(app: typer.Typer) -> set[str]:
     return names
 
 
+class DeferredGroup(TyperGroup):
+    """A group of capability commands made the first time anything looks into it (to list
+    them, to run one, to show its help), so `majordomus --help`, which shows the group by
+    its name and help alone, reads none of their input schemas. `make` answers them."""
+
+    make: Callable[[], dict[str, Any]] = staticmethod(dict)
+    _made = False
+
+    @property  # type: ignore[override]
+    def commands(self) -> MutableMapping[str, Any]:
+        if not self._made:
+            self._made = True
+            self._commands.update(self.make())
+        return self._commands
+
+    @commands.setter
+    def commands(self, value: MutableMapping[str, Any]) -> None:
+        self._commands = value
+
+
+def deferred_group(make: Callable[[], dict[str, Any]]) -> type[DeferredGroup]:
+    return type("CapabilityGroup", (DeferredGroup,), {"make": staticmethod(make)})
+
+
+def group_help(prefix: tuple[str, ...]) -> str:
+    return GROUP_HELP.get(prefix[-1], f"The {' '.join(prefix)} capabilities.")
+
+
 def register(app: typer.Typer) -> None:
-    """Mount every capability's command, and `follow`, on `app` (once)."""
+    """Mount every capability's command, and `follow`, on `app` (once). Every clash is
+    refused here; the commands under a group are made when the group is first used."""
     if id(app) in _MOUNTED:
         return
     reg = registry()
     taken = _existing_names(app) | set(OWN_COMMANDS)
-    groups: dict[tuple[str, ...], typer.Typer] = {}
+    prefixes: set[tuple[str, ...]] = set()
     leaves: set[tuple[str, ...]] = set()
+    under: dict[str, list[Capability]] = {}
     for cap in reg:
         path = cap.exposure.cli_path
         if not path:
             continue
-        _refuse_clash(cap, path, taken, groups, leaves)
-        parent = app
-        for depth in range(1, len(path)):
-            prefix = path[:depth]
-            if prefix not in groups:
-                group = typer.Typer(
-                    help=GROUP_HELP.get(prefix[-1], f"The {' '.join(prefix)} capabilities."),
-                    no_args_is_help=True,
-                )
-                parent.add_typer(group, name=prefix[-1])
-                groups[prefix] = group
-            parent = groups[prefix]
-        if cap.id == "executions.start":
-            short = f"{cap.title} and follow it live to its end."
-            parent.add_typer(run_group(cap, reg), name=path[-1], short_help=escape(short))
-        else:
-            parent.command(name=path[-1], short_help=escape(cap.title))(capability_command(cap))
+        _refuse_clash(cap, path, taken, prefixes, leaves)
+        prefixes.update(path[:depth] for depth in range(1, len(path)))
         leaves.add(tuple(path))
+        if len(path) == 1:
+            mount(app, cap, path[0], reg)
+        elif path[0] in under:
+            under[path[0]].append(cap)
+        else:
+            caps = under[path[0]] = [cap]
+            group = typer.Typer(
+                cls=deferred_group(functools.partial(group_commands, caps, reg)),
+                help=group_help(path[:1]),
+                no_args_is_help=True,
+            )
+            app.add_typer(group, name=path[0])
     app.command("follow")(follow)
     _MOUNTED.add(id(app))
+
+
+def mount(parent: typer.Typer, cap: Capability, name: str, reg: Registry) -> None:
+    """The command of one capability, as `name` on `parent`."""
+    if cap.id == "executions.start":
+        short = f"{cap.title} and follow it live to its end."
+        parent.add_typer(run_group(cap, reg), name=name, short_help=escape(short))
+    else:
+        parent.command(name=name, short_help=escape(cap.title))(capability_command(cap))
+
+
+def group_commands(caps: list[Capability], reg: Registry) -> dict[str, Any]:
+    """The commands of a top-level group (`caps`, whose paths all start with its name),
+    with the groups below it, made now."""
+    inner = typer.Typer()
+    groups: dict[tuple[str, ...], typer.Typer] = {}
+    for cap in caps:
+        path = cap.exposure.cli_path or ()
+        parent = inner
+        for depth in range(2, len(path)):
+            prefix = path[:depth]
+            if prefix not in groups:
+                groups[prefix] = typer.Typer(help=group_help(prefix), no_args_is_help=True)
+                parent.add_typer(groups[prefix], name=prefix[-1])
+            parent = groups[prefix]
+        mount(parent, cap, path[-1], reg)
+    return dict(typer.main.get_group(inner).commands)
 
 
 def _refuse_clash(
     cap: Capability,
     path: tuple[str, ...],
     taken: set[str],
-    groups: dict[tuple[str, ...], typer.Typer],
+    groups: Collection[tuple[str, ...]],
     leaves: set[tuple[str, ...]],
 ) -> None:
     clash = None

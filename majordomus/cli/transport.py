@@ -15,25 +15,25 @@ API; else `MAJORDOMUS_REDIS_URL`, straight to it; else a `majordomus dev` runnin
 user, found by the record it keeps (`DevRecord`, at `dev_record_path()`), through its API,
 which reaches whatever Redis dev runs on, in-process fakeredis included; else, as before,
 straight to `DEFAULT_URL`, named as the default in every message that mentions it.
+
+Each transport imports what it drives when it is made (the engine and the Redis client for
+`Direct`, httpx for `Remote`), so a command that uses neither, or only one, does not pay
+for loading the other (`majordomus --help` loads none).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union
 
-import httpx
 import msgspec
-from httpx_sse import SSEError, aconnect_sse
 
 from majordomus.config import Settings, shown_url
-from majordomus.engine import LIVE_PATH, Engine
 from majordomus.errors import MajordomusError, refused, unavailable
 from majordomus.ids import require_execution_id
 from majordomus.model import (
@@ -46,8 +46,11 @@ from majordomus.model import (
 )
 from majordomus.registry import Capability, Registry
 from majordomus.states import is_final
-from majordomus.store.connect import DEFAULT_URL, connect
-from majordomus.store.failures import UNREACHABLE, StoreFailure
+
+if TYPE_CHECKING:
+    import httpx
+
+    from majordomus.store.failures import StoreFailure
 
 Message = Union[ExecutionEvent, StreamMessage]
 """What following yields: an execution's event, or a control message of the live channel."""
@@ -128,6 +131,9 @@ class Direct:
         self, settings: Settings, registry: Registry, defaulted: str | None = None
     ) -> None:
         """`defaulted`: why no Redis was named, when `DEFAULT_URL` is used for want of one."""
+        from majordomus.engine import Engine
+        from majordomus.store.connect import DEFAULT_URL, connect
+
         url = settings.redis_url or DEFAULT_URL
         self.where = f"Redis at {shown_url(url)}"
         if not settings.redis_url:
@@ -157,6 +163,8 @@ class Direct:
 
 def store_failure(exc: StoreFailure, where: str) -> MajordomusError:
     """A Redis failure as the CLI reports it: one sentence and what to do."""
+    from majordomus.store.failures import UNREACHABLE
+
     if isinstance(exc, (*UNREACHABLE, OSError)):
         return unavailable(
             f"cannot reach {where} ({exc})",
@@ -231,6 +239,8 @@ class Remote:
         found: str | None = None,
     ) -> None:
         """`found`: the line saying how the CLI found this API by itself (a running `dev`)."""
+        import httpx
+
         self.registry = registry
         self.base_url = base_url.rstrip("/")
         self.where = f"the API at {shown_url(self.base_url)}"
@@ -248,6 +258,8 @@ class Remote:
         )
 
     async def call(self, cap: Capability, raw_input: dict[str, Any]) -> Any:
+        import httpx
+
         method, path = cap.exposure.http_method, cap.exposure.http_path
         if not method or not path:
             raise refused(
@@ -284,6 +296,11 @@ class Remote:
 
     async def follow(self, execution_id: str, after: int) -> AsyncIterator[Message]:
         """The live channel from `after`, reconnecting from the last sequence seen."""
+        import asyncio
+
+        import httpx
+        from httpx_sse import SSEError
+
         execution_id = require_execution_id(execution_id)
         state: dict[str, Any] = {"cursor": after, "live": True}
         failures = 0
@@ -309,6 +326,11 @@ class Remote:
 
     async def _live(self, execution_id: str, state: dict[str, Any]) -> AsyncIterator[Message]:
         """One connection to the live channel; `state` keeps the cursor across reconnects."""
+        import httpx
+        from httpx_sse import aconnect_sse
+
+        from majordomus.engine import LIVE_PATH
+
         params = {"execution": execution_id, "after": str(state["cursor"])}
         async with aconnect_sse(
             self.http,
@@ -458,6 +480,8 @@ def process_alive(pid: int) -> bool:
 
 
 def api_answers(base_url: str) -> bool:
+    import httpx
+
     try:
         response = httpx.get(
             base_url.rstrip("/") + LIVE_PROBE_PATH, timeout=DEV_PROBE_SECONDS, trust_env=False

@@ -10,8 +10,11 @@ from typing import Any
 
 import httpx
 import jsonschema
+import msgspec
 import pytest
+import redis as redis_sync
 
+from majordomus.store.keys import Keys
 from tests.api.conftest import ApiProcess, start, wait_final
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
@@ -59,6 +62,27 @@ def test_paging_with_after_yields_every_retained_event_once(
     assert seen == list(range(RETAINED_FROM, TOTAL + 1))
     assert truncated[0] is True and not any(truncated[1:])
     assert body["state"] == "succeeded" and body["last_sequence"] == TOTAL
+
+
+class _StoredPage(msgspec.Struct):
+    events: list[msgspec.Raw]
+
+
+def test_a_page_sends_the_stored_events_as_they_are(
+    http: httpx.Client, long_execution: str, suite_redis_url: str
+) -> None:
+    client = redis_sync.Redis.from_url(suite_redis_url)
+    try:
+        stored = client.xrange(Keys().events(long_execution), f"({TOTAL - 137}-0", "+")
+    finally:
+        client.close()
+    response = http.get(
+        "/api/v1/executions/events", params={"id": long_execution, "after": TOTAL - 137}
+    )
+    HISTORY.validate(response.json())
+    sent = msgspec.json.decode(response.content, type=_StoredPage).events
+    assert [bytes(e) for e in sent] == [fields[b"e"] for _, fields in stored]
+    assert len(sent) == 137
 
 
 @pytest.mark.parametrize(

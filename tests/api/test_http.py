@@ -13,7 +13,7 @@ import pytest
 from api.errors import ErrorEnvelope
 from majordomus.registry import REGISTRY
 from majordomus.schemas import schema_of
-from tests.api.conftest import TOKEN, ApiProcess, start, wait_final
+from tests.api.conftest import TOKEN, ApiProcess, WorkerChild, start, wait_final
 
 ENVELOPE = jsonschema.Draft202012Validator(schema_of(ErrorEnvelope))
 CODES = {
@@ -105,7 +105,7 @@ def test_a_query_takes_its_input_from_the_query_string(http: httpx.Client) -> No
     assert response.json() == {
         "steps": 2,
         "elapsed_ms": response.json()["elapsed_ms"],
-        "observed": False,
+        "observed": True,  # run as an execution on a worker
     }
 
 
@@ -268,14 +268,15 @@ def test_a_same_origin_command_passes(http: httpx.Client, api: ApiProcess) -> No
 
 
 def test_an_unexpected_failure_is_internal_with_a_correlation_id_and_no_traceback(
-    http: httpx.Client, api: ApiProcess
+    http: httpx.Client, worker_process_for_api: WorkerChild
 ) -> None:
     response = http.post("/api/v1/tests/boom", json={})
     error = assert_envelope(response, 500, "internal")
     assert "secret internals" not in response.text
-    correlation = error["correlation_id"]
+    correlation = error["correlation_id"]  # the execution it ran as, on a worker
     assert correlation in error["suggestion"]
-    assert f"correlation_id={correlation}" in api.output()
+    logged = worker_process_for_api.output()
+    assert f"execution_id={correlation}" in logged and "secret internals" in logged
 
 
 def test_the_server_binds_loopback_unless_told_otherwise(api: ApiProcess) -> None:

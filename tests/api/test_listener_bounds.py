@@ -3,6 +3,7 @@ buffer of shared entries (references, not copies) and three numbers for what it 
 
 from __future__ import annotations
 
+import asyncio
 import sys
 
 from api.live.feed import LISTENER_BUFFER, FeedEntry, Listener
@@ -33,3 +34,16 @@ def test_a_slow_unscoped_listener_counts_its_backlog_and_stores_none_of_it() -> 
     assert own < 64 * 1024, own
     listener.caught_up()
     assert (listener.missed, listener.missed_first, len(listener.items)) == (0, None, 0)
+
+
+async def test_a_wait_an_entry_ended_leaves_the_next_wait_its_whole_timeout() -> None:
+    listener = Listener("x-1", LISTENER_BUFFER, "0-0")
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.01, listener.offer, FeedEntry("1000-0", "x-1", 1, ENVELOPE))
+    assert await listener.wait(0.05) is True  # the entry, not the timeout
+    listener.items.clear()
+    # The first wait's timer fires during this one, which goes on to its own timeout.
+    started = loop.time()
+    assert await listener.wait(0.3) is False
+    assert loop.time() - started >= 0.3
+    listener.release()

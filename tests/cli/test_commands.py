@@ -90,9 +90,12 @@ def test_format_json_is_the_capabilitys_answer_exactly(cli: Cli, redis_url: str)
     assert cli.json("executions", "list", "--limit", "5") == listed
 
 
-def test_options_are_typed_by_the_input_schema(cli: Cli) -> None:
+def test_options_are_typed_by_the_input_schema(cli: Cli, workers: Any) -> None:
+    workers.start()
+    # A capability that runs is run on a worker and followed to its end; --format json
+    # prints its output, as its route answers it.
     out = cli.json("executions", "demonstrate", "--steps", "2", "--log-lines", "3")
-    assert out["steps"] == 2 and out["observed"] is False
+    assert out["steps"] == 2 and out["observed"] is True
     bad = cli("executions", "demonstrate", "--steps", "many")
     assert bad.exit_code == EXIT_CODE["invalid_input"]
     assert bad.stderr.startswith(
@@ -127,7 +130,10 @@ class Echoed(msgspec.Struct):
 def test_booleans_are_flags_and_structured_members_take_json(cli: Cli) -> None:
     private = Registry()
 
-    @capability("probe.flags", input=Flags, output=Echoed, kind="query", registry=private)
+    # Answered here and now (not run on a worker, which would not know it): options only.
+    @capability(
+        "probe.flags", input=Flags, output=Echoed, kind="query", registry=private, executable=False
+    )
     async def flags(ctx: Any, inp: Flags) -> Echoed:
         return Echoed(inp.loud, inp.tags, inp.extra)
 

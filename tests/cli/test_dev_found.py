@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -31,13 +30,13 @@ from majordomus.cli.transport import DevRecord, dev_record_path, write_dev_recor
 from majordomus.store.embedded import free_port
 from tests.cli.conftest import child_env, majordomus_argv
 from tests.cli.test_dev_servers import RUN_THE_CLI
-from tests.conftest import HIDE_THE_WHEEL, ROOT
+from tests.conftest import HIDE_THE_WHEEL, ROOT, running_dev
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 UNREACHABLE_DEFAULT = """
-import majordomus.cli.transport as transport
-transport.DEFAULT_URL = "redis://127.0.0.1:{port}/0"
+import majordomus.store.connect as connect
+connect.DEFAULT_URL = "redis://127.0.0.1:{port}/0"
 """
 """Run first in a CLI child: its default Redis is a free port, so the fallback fails (the
 machine's own redis://127.0.0.1:6379/0 is never touched)."""
@@ -56,38 +55,16 @@ def dev(runtime: Path, *, without_a_server: bool = False) -> Iterator[str]:
     """`majordomus dev --port P` in its own session until its banner is out; its base URL.
     Ctrl-C on leaving, which must stop it cleanly. `without_a_server`: no redis-server or
     valkey-server anywhere, so it runs on in-process fakeredis."""
-    port = free_port()
     env = user_env(runtime)
-    argv = majordomus_argv("dev", "--port", str(port))
-    with tempfile.TemporaryDirectory() as empty, tempfile.TemporaryFile() as log:
+    argv = None
+    with tempfile.TemporaryDirectory() as empty:
         if without_a_server:
             env["PATH"] = empty
-            argv = [sys.executable, "-c", HIDE_THE_WHEEL + RUN_THE_CLI, "dev", "--port", str(port)]
-        process = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-
-        def output() -> str:
-            log.seek(0)
-            return log.read().decode(errors="replace")
-
-        try:
-            deadline = time.monotonic() + 30
-            while "Ctrl-C stops everything" not in output():
-                assert process.poll() is None and time.monotonic() < deadline, output()
-                time.sleep(0.05)
+            argv = [sys.executable, "-c", HIDE_THE_WHEEL + RUN_THE_CLI]
+        with running_dev(env, argv) as running:
             if without_a_server:
-                assert "in-process fakeredis" in output()
-            yield f"http://127.0.0.1:{port}"
-        finally:
-            os.killpg(process.pid, signal.SIGINT)
-            try:
-                code = process.wait(15)
-            finally:
-                if process.poll() is None:
-                    os.killpg(process.pid, signal.SIGKILL)
-        assert code == 0, output()
-        assert "Traceback" not in output(), output()
+                assert "in-process fakeredis" in running.output()
+            yield running.url
 
 
 def majordomus(

@@ -11,19 +11,15 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from majordomus.store.embedded import free_port
-from tests.conftest import HAS_THE_WHEEL, HIDE_THE_WHEEL, ROOT
+from tests.conftest import HAS_THE_WHEEL, HIDE_THE_WHEEL, ROOT, running_dev
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -68,37 +64,9 @@ def test_dev_with_only_the_wheel_runs_its_valkey_and_does_not_call_it_on_path() 
 def dev(program: str) -> Iterator[tuple[str, str]]:
     """`majordomus dev` run by `python -c program` on a machine without a server: its banner
     and base URL; Ctrl-C on leaving, which must stop it cleanly."""
-    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAJORDOMUS_")}
     env["PYTHONPATH"] = str(ROOT)
-    with tempfile.TemporaryDirectory() as empty, tempfile.TemporaryFile() as log:
+    with tempfile.TemporaryDirectory() as empty:
         env["PATH"] = empty
-        process = subprocess.Popen(
-            [sys.executable, "-c", program, "dev", "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-        def output() -> str:
-            log.seek(0)
-            return log.read().decode(errors="replace")
-
-        try:
-            deadline = time.monotonic() + 30
-            while "Ctrl-C stops everything" not in output():
-                assert process.poll() is None and time.monotonic() < deadline, output()
-                time.sleep(0.05)
-            yield output(), f"http://127.0.0.1:{port}"
-        finally:
-            os.killpg(process.pid, signal.SIGINT)
-            try:
-                code = process.wait(10)
-            finally:
-                if process.poll() is None:
-                    os.killpg(process.pid, signal.SIGKILL)
-        text = output()
-        assert code == 0, text
-        assert "Traceback" not in text, text
+        with running_dev(env, [sys.executable, "-c", program]) as running:
+            yield running.output(), running.url

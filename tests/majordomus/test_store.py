@@ -174,6 +174,25 @@ async def test_paging_by_cursor_walks_every_retained_event_once(engine: Engine) 
     assert len((await engine.events(xid, limit=10_000)).events) == 203  # clamped to 500
 
 
+async def test_a_page_as_stored_passes_the_stored_events_through_and_says_what_the_typed_one_says(
+    engine: Engine,
+) -> None:
+    xid = await bring_to(engine, "running")
+    await engine.store.append(xid, [LOG] * 3 + [EVENT_FOR["succeeded"]])
+    stored_entries = await engine.redis.xrange(engine.store.keys.events(xid))
+    stored = await engine.stored_events(xid, after=1)
+    assert [bytes(e) for e in stored.events] == [f[b"e"] for _, f in stored_entries[1:]]
+    typed = await engine.events(xid, after=1)
+    assert msgspec.json.decode(msgspec.json.encode(stored)) == msgspec.to_builtins(typed)
+    # The capability: typed for whoever wants values (MCP, the CLI), as stored for a caller
+    # that only encodes the answer (the HTTP route).
+    assert await engine.invoke("executions.events", {"id": xid, "after": 1}) == typed
+    called = await engine.call("executions.events", {"id": xid, "after": 1}, typed=False)
+    assert called.output == stored
+    empty = await engine.stored_events(xid, after=99)
+    assert (empty.events, empty.last_sequence) == ([], 99)
+
+
 async def test_an_unknown_or_malformed_execution_is_typed(engine: Engine) -> None:
     with pytest.raises(MajordomusError) as info:
         await engine.get("x-20260908T010203Z-0a1b2c3d")

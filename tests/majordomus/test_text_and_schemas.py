@@ -6,6 +6,7 @@ import msgspec
 import pytest
 
 from majordomus.builtins.executions import DemoInput, EventsInput
+from majordomus.docs import field_docs
 from majordomus.errors import MajordomusError
 from majordomus.sanitize import sanitize_log_line
 from majordomus.schemas import REDACTED, coerce_strings, redact, schema_of, validate_input
@@ -118,3 +119,19 @@ def test_field_docstrings_become_property_descriptions() -> None:
     assert outer["properties"]["innerPart"]["description"] == "The part inside."
     assert "description" not in outer["properties"]["plain"]
     assert outer["$defs"]["Inner"]["properties"]["depth"]["description"] == "How deep it goes."
+
+
+def test_field_docstrings_are_read_wherever_the_struct_is_written() -> None:
+    class Local(msgspec.Struct):
+        near: int = 0
+        """Written inside a function."""
+
+    class Nested(msgspec.Struct):
+        class Deeper(msgspec.Struct):
+            far: str = ""
+            """Two classes down."""
+
+    assert field_docs(Local) == {"near": "Written inside a function."}
+    assert field_docs(Nested.Deeper) == {"far": "Two classes down."}
+    assert field_docs(Outer)["inner_part"] == "The part inside."
+    assert field_docs(msgspec.defstruct("Made", [("x", int)])) == {}

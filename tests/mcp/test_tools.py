@@ -109,16 +109,16 @@ async def test_invalid_arguments_are_an_error_result_saying_invalid_input(
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_failures_are_results_with_their_code_and_never_a_traceback(
-    api: ApiProcess, mode: str
+    api: ApiProcess, worker: Any, mode: str
 ) -> None:
     async with Client(api.url, mode=mode) as client:
         result = await client.call_tool("majordomus_tests_refuse", {})
         assert result.is_error
-        assert result.content[0].text == "refused: not today"
-        assert result.meta["majordomus"]["error"] == {
-            "code": "refused",
-            "suggestion": "try tomorrow",
-        }
+        text = result.content[0].text
+        assert text.startswith("refused: tests.refuse ran as x-") and text.endswith("not today")
+        error = result.meta["majordomus"]["error"]
+        assert error["code"] == "refused" and error["suggestion"] == "try tomorrow"
+        assert error["correlation_id"] in text  # the execution it ran as
 
         code, text = await failure(client, "majordomus_tests_boom", {})
         assert code == "internal"
