@@ -14,7 +14,7 @@ import functools
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -109,6 +109,7 @@ def require_feed_id(feed_id: str) -> str:
 
 OnEvent = Callable[[ExecutionEvent], Awaitable[None] | None]
 OnStarted = Callable[[ExecutionSnapshot], Awaitable[None]]
+HistoryT = TypeVar("HistoryT", EventHistory, StoredEventHistory)
 EventFollower = Callable[[str, int, int], Awaitable[list[bytes]]]
 """(execution id, after, block ms) -> the events after `after`, waiting up to `block_ms`."""
 
@@ -285,25 +286,27 @@ class Engine:
         self, execution_id: str, after: int | None = None, limit: int | None = None
     ) -> EventHistory:
         """One page of an execution's events, oldest first, after `after`, typed."""
-        execution_id, page, last = await self._page(execution_id, after, limit)
-        return EventHistory(
-            execution_id=execution_id,
-            state=page.state,  # type: ignore[arg-type]
-            events=[event_decoder.decode(e) for e in page.events],
-            last_sequence=last,
-            more=page.more,
-            truncated=page.truncated,
-        )
+        return await self._history(EventHistory, event_decoder.decode, execution_id, after, limit)
 
     async def stored_events(
         self, execution_id: str, after: int | None = None, limit: int | None = None
     ) -> StoredEventHistory:
         """The same page as `events`, its events passed through as stored (not decoded)."""
+        return await self._history(StoredEventHistory, msgspec.Raw, execution_id, after, limit)
+
+    async def _history(
+        self,
+        kind: Callable[..., HistoryT],
+        event: Callable[[bytes], Any],
+        execution_id: str,
+        after: int | None,
+        limit: int | None,
+    ) -> HistoryT:
         execution_id, page, last = await self._page(execution_id, after, limit)
-        return StoredEventHistory(
+        return kind(
             execution_id=execution_id,
-            state=page.state,  # type: ignore[arg-type]
-            events=[msgspec.Raw(e) for e in page.events],
+            state=page.state,
+            events=[event(e) for e in page.events],
             last_sequence=last,
             more=page.more,
             truncated=page.truncated,
@@ -331,16 +334,20 @@ class Engine:
         capability: str | None = None,
         episode: str | None = None,
         limit: int | None = None,
+        before: str | None = None,
     ) -> ExecutionList:
+        """Executions newest first that match, at most `limit`; with `before` (the last id
+        of the previous page), only those created before it: the next page."""
         limit = clamp(limit, LIMITS.list_executions, LIMITS.list_executions)
         found: list[ExecutionSnapshot] = []
-        start = 0
+        older_than = await self._place_before(before) if before else None
         chunk = LIMITS.list_executions
         while len(found) < limit:
-            ids = await self.store.ids_newest_first(start, chunk)
-            if not ids:
+            placed = await self.store.ids_newest_first(chunk, older_than)
+            if not placed:
                 break
-            start += len(ids)
+            ids = [execution_id for execution_id, _ in placed]
+            older_than = placed[-1][1]
             raws = await self.store.snapshots(ids)
             missing = [i for i, r in zip(ids, raws, strict=True) if not r]
             await self.store.forget_missing(missing)
@@ -352,6 +359,15 @@ class Engine:
                     break
         queued, running = await self.store.counts()
         return ExecutionList(len(found), queued + running, queued, found)
+
+    async def _place_before(self, before: str) -> float:
+        place = await self.store.place_of(require_execution_id(before))
+        if place is None:
+            raise not_found(
+                f"there is no execution {before} to list from",
+                "it may have finished longer ago than the retention; list from the newest",
+            )
+        return place
 
     async def cancel(self, execution_id: str, by: str = "user") -> CancelOutput:
         execution_id = require_execution_id(execution_id)

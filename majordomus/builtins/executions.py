@@ -81,6 +81,9 @@ class ListInput(msgspec.Struct, forbid_unknown_fields=True):
     episode: str | None = None
     limit: NonNegative | None = None
     """How many, newest first; the default and the bound are both 200."""
+    before: ExecutionId | None = None
+    """Only executions created before this one: the last id of the previous page gives the
+    next (older) page, however many were created since."""
 
 
 @capability(
@@ -96,7 +99,9 @@ class ListInput(msgspec.Struct, forbid_unknown_fields=True):
     **CONTROL,
 )
 async def list_executions(ctx: Context, inp: ListInput) -> ExecutionList:
-    return await engine_of(ctx).list(inp.state, inp.capability, inp.episode, inp.limit)
+    return await engine_of(ctx).list(
+        inp.state, inp.capability, inp.episode, inp.limit, inp.before
+    )
 
 
 # -- executions.get -----------------------------------------------------------------------

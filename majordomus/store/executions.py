@@ -254,9 +254,22 @@ class ExecutionStore(StoreBase):
             truncated=truncated,
         )
 
-    async def ids_newest_first(self, start: int, count: int) -> list[str]:
-        raw = await self.redis.zrevrange(self.keys.all, start, start + count - 1)
-        return [r.decode() for r in raw]
+    async def ids_newest_first(
+        self, count: int, older_than: float | None = None
+    ) -> list[tuple[str, float]]:
+        """Up to `count` execution ids, newest first, each with its place in the order of
+        creation; only those created before the place `older_than`, when given. A place,
+        not an offset: ids forgotten or added meanwhile shift no page."""
+        top = "+inf" if older_than is None else f"({older_than!r}"
+        raw = await self.redis.zrevrangebyscore(
+            self.keys.all, top, "-inf", start=0, num=count, withscores=True
+        )
+        return [(member.decode(), float(score)) for member, score in raw]
+
+    async def place_of(self, execution_id: str) -> float | None:
+        """Where the execution stands in the order of creation, or None when unknown."""
+        score = await self.redis.zscore(self.keys.all, execution_id)
+        return None if score is None else float(score)
 
     async def counts(self) -> tuple[int, int]:
         """(queued, running-or-cancelling) across the whole cluster."""

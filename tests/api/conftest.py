@@ -111,6 +111,9 @@ class ApiProcess:
 
     def client(self, **kwargs: Any) -> httpx.Client:
         kwargs.setdefault("timeout", 20)
+        # Idle connections dropped before uvicorn drops them (its keep-alive is 5 s): a
+        # request sent on one as the server closes it fails with "Server disconnected".
+        kwargs.setdefault("limits", httpx.Limits(keepalive_expiry=2.0))
         return httpx.Client(base_url=self.url, **kwargs)
 
     def close(self) -> None:

@@ -280,6 +280,23 @@ def test_a_history_of_ten_thousand_executions_pages_and_filters(
         second = page.eval_on_selector_all("tbody tr[data-id]", "rs => rs.map(r => r.dataset.id)")
         assert len(second) == 50 and not set(first) & set(second)
         assert page.text_content("#list-summary").startswith("51–100 of the newest 200")
+        # Past the 200 one answer holds: the window before the last execution of this one.
+        page.goto(big.url + "/?page=4")
+        page.wait_for_selector("main[data-loaded]")
+        fourth = page.eval_on_selector_all("tbody tr[data-id]", "rs => rs.map(r => r.dataset.id)")
+        page.click("a[rel=next]")
+        page.wait_for_url(re.compile(rf"/\?before={fourth[-1]}$"))
+        page.wait_for_selector("main[data-loaded]")
+        fifth = page.eval_on_selector_all("tbody tr[data-id]", "rs => rs.map(r => r.dataset.id)")
+        with big.client() as client:
+            newest = [
+                x["id"] for x in client.get("/api/v1/executions").json()["executions"]
+            ]
+            older = client.get("/api/v1/executions", params={"before": newest[-1]}).json()
+        assert fourth == newest[150:200]
+        assert fifth == [x["id"] for x in older["executions"][:50]]
+        assert not set(fifth) & set(newest)
+        assert page.text_content("#list-summary").startswith("1–50 of the 200 created before")
         page.select_option("#f-capability", "executions.demonstrate")
         page.click("form[aria-label='Filter executions'] button")
         page.wait_for_url(re.compile(r"/\?capability=executions.demonstrate$"))

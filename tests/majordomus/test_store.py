@@ -260,6 +260,29 @@ async def test_listing_is_newest_first_with_filters(engine: Engine) -> None:
     assert (await engine.list(limit=1)).count == 1
 
 
+async def test_pages_by_the_last_id_seen_miss_nothing_and_repeat_nothing(engine: Engine) -> None:
+    started = [(await engine.start("tests.noop", {})).id for _ in range(250)]
+    newest_first = started[::-1]
+    first = await engine.list(limit=100)
+    assert [s.id for s in first.executions] == newest_first[:100]
+    late = (await engine.start("tests.noop", {})).id  # created between two pages
+    seen = [s.id for s in first.executions]
+    while True:
+        page = await engine.list(limit=100, before=seen[-1])
+        if not page.executions:
+            break
+        seen += [s.id for s in page.executions]
+    assert seen == newest_first and late not in seen  # beyond the 200 of one answer
+    noop = await engine.list(capability="tests.noop", limit=5, before=newest_first[10])
+    assert [s.id for s in noop.executions] == newest_first[11:16]
+    with pytest.raises(MajordomusError) as gone:
+        await engine.list(before="x-20200101T000000Z-00000000")
+    assert gone.value.code == "not_found"
+    with pytest.raises(MajordomusError) as bad:
+        await engine.list(before="nope")
+    assert bad.value.code == "invalid_input"
+
+
 async def test_retention_keeps_the_newest_finished_and_never_an_active_one(
     redis: object, settings: object
 ) -> None:

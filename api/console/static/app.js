@@ -163,6 +163,9 @@ window.addEventListener("popstate", route);
 function executionsPage(params) {
   const filters = {state: params.get("state") || "", capability: params.get("capability") || "", episode: params.get("episode") || ""};
   const pageNo = Math.max(1, parseInt(params.get("page") || "1", 10) || 1);
+  // Past the newest LIST_BOUND: the list answers those created before an execution (the
+  // last of the window before), so a deep page stays put however many are created since.
+  const before = ID_SHAPE.test(params.get("before") || "") ? params.get("before") : "";
   const stateBox = el("select", {id: "f-state", name: "state"}, el("option", {value: "", text: "any"}),
     ...STATES.map((s) => el("option", {value: s, text: s, selected: s === filters.state})));
   const capBox = el("select", {id: "f-capability", name: "capability"}, el("option", {value: "", text: "any"}));
@@ -202,8 +205,9 @@ function executionsPage(params) {
   const rows = new Map();
   let all = [];
   const pageCount = () => Math.max(1, Math.ceil(all.length / PAGE_SIZE));
-  const pageUrl = (n) => {
+  const pageUrl = (n, from = before) => {
     const q = new URLSearchParams(Object.entries(filters).filter(([, v]) => v));
+    if (from) q.set("before", from);
     if (n > 1) q.set("page", String(n));
     return "/" + (q.toString() ? "?" + q : "");
   };
@@ -223,12 +227,16 @@ function executionsPage(params) {
     body.replaceChildren(...shown.map(row));
     if (!shown.length) body.append(el("tr", {}, el("td", {colspan: 7, class: "muted", text: "No execution matches."})));
     const first = all.length ? (n - 1) * PAGE_SIZE + 1 : 0;
-    summary.textContent = `${first}–${(n - 1) * PAGE_SIZE + shown.length} of the newest ${all.length}` +
-      (all.length >= LIST_BOUND ? ` (the API lists the newest ${LIST_BOUND}: narrow it with the filters)` : "");
+    summary.textContent = `${first}–${(n - 1) * PAGE_SIZE + shown.length} of the ` +
+      (before ? `${all.length} created before ${before}` : `newest ${all.length}`);
+    // Older: the next page of this window, or, at its end, the window before its last one.
+    const more = all.length >= LIST_BOUND;
+    const older = n < pageCount() ? pageUrl(n + 1) : more ? pageUrl(1, all[all.length - 1].id) : "";
+    const newer = n > 1 ? pageUrl(n - 1) : before ? pageUrl(1, "") : "";
     pager.replaceChildren(
-      n > 1 ? link(pageUrl(n - 1), "← Newer", {rel: "prev"}) : el("span", {class: "muted", text: "← Newer"}),
-      el("span", {text: ` page ${n} of ${pageCount()} `}),
-      n < pageCount() ? link(pageUrl(n + 1), "Older →", {rel: "next"}) : el("span", {class: "muted", text: "Older →"}));
+      newer ? link(newer, n > 1 ? "← Newer" : "← Newest", {rel: "prev"}) : el("span", {class: "muted", text: "← Newer"}),
+      el("span", {text: ` page ${n} of ${pageCount()}${more ? "+" : ""} `}),
+      older ? link(older, "Older →", {rel: "next"}) : el("span", {class: "muted", text: "Older →"}));
   }
   let controller = null, refetchTimer = null, lastFetch = 0;
   async function load() {
@@ -236,7 +244,8 @@ function executionsPage(params) {
     controller = new AbortController();
     lastFetch = performance.now();
     try {
-      const answer = await call("/api/v1/executions", {query: Object.assign({limit: LIST_BOUND}, filters), signal: controller.signal});
+      const query = Object.assign({limit: LIST_BOUND}, filters, before ? {before} : {});
+      const answer = await call("/api/v1/executions", {query, signal: controller.signal});
       all = answer.executions;
       setCounts(answer.active, answer.queued);
       show();
