@@ -174,11 +174,14 @@ class WorkerRuntime:
 
     async def _beat_forever(self) -> None:
         """Beat every fifth of the lease; after a failure, again as soon as Redis answers
-        (backing off up to the beat interval), so the lease is renewed by itself."""
+        (trying every twentieth of the lease at most), so the lease is renewed by itself
+        within moments of Redis coming back: the silence an outage costs is the outage, not
+        the outage and a backoff, and a worker cut off for less than the lease less a beat
+        interval keeps its executions."""
         interval = self.settings.lease_seconds / 5
-        failures = Failures(log, "the lease renewal (beat)")
+        failures = Failures(log, "the lease renewal (beat)", cap=interval / 4)
         while True:
-            await asyncio.sleep(min(interval, failures.backoff()) if failures.failing else interval)
+            await asyncio.sleep(failures.backoff() if failures.failing else interval)
             try:
                 await self.beat()
                 await self._catch_missed_cancels()
