@@ -171,8 +171,10 @@ class WorkerChild:
     """`python -m majordomus.cli worker` as a child process logging to a file (a pipe nobody
     reads would fill up and stall the worker)."""
 
-    def __init__(self, redis_url: str) -> None:
-        env = api_env(redis_url, MAJORDOMUS_SHUTDOWN_GRACE="1", MAJORDOMUS_CANCEL_GRACE="1")
+    def __init__(self, redis_url: str, **extra: str) -> None:
+        env = api_env(
+            redis_url, MAJORDOMUS_SHUTDOWN_GRACE="1", MAJORDOMUS_CANCEL_GRACE="1", **extra
+        )
         self.log = tempfile.NamedTemporaryFile(
             prefix="majordomus-worker-", suffix=".log", delete=False
         )

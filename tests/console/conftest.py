@@ -15,9 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -27,8 +24,8 @@ import httpx
 import pytest
 import redis as redis_sync
 
-from tests.api.conftest import ApiProcess, WorkerChild, api_env
-from tests.conftest import CHROMIUM, ROOT, _redis_url, chromium_found
+from tests.api.conftest import ApiProcess, WorkerChild
+from tests.conftest import CHROMIUM, _redis_url, chromium_found
 
 PREFIX = "console"
 CAPABILITIES = "tests.capabilities,tests.console.paced"
@@ -66,22 +63,8 @@ class ConsoleWorker(WorkerChild):
     """`WorkerChild` under the console's prefix, with its capabilities."""
 
     def __init__(self, redis_url: str, prefix: str = PREFIX) -> None:
-        env = api_env(
-            redis_url,
-            MAJORDOMUS_CAPABILITIES=CAPABILITIES,
-            MAJORDOMUS_KEY_PREFIX=prefix,
-            MAJORDOMUS_SHUTDOWN_GRACE="1",
-            MAJORDOMUS_CANCEL_GRACE="1",
-        )
-        self.log = tempfile.NamedTemporaryFile(
-            prefix="majordomus-worker-", suffix=".log", delete=False
-        )
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "majordomus.cli", "worker"],
-            cwd=ROOT,
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
+        super().__init__(
+            redis_url, MAJORDOMUS_CAPABILITIES=CAPABILITIES, MAJORDOMUS_KEY_PREFIX=prefix
         )
         self.prefix = prefix
 
