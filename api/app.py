@@ -3,7 +3,9 @@
 `create_app` reads the registry and builds one route per capability with an HTTP exposure
 (GET input from the query string, POST input from a JSON body, the output Struct as JSON,
 200), the probes (`/api/v1/live`, `/api/v1/ready`), `/openapi.json` and `/docs` projected
-from the same registry, the live channel at `/events`, and the MCP server at `/mcp` when
+from the same registry, the live channel at `/events`, Prometheus' scrape at `/metrics`
+(`majordomus.metrics`; not a capability, so in neither the registry nor the OpenAPI
+document, and behind the token like any data route), and the MCP server at `/mcp` when
 `api.mcp` provides one. No route is written by hand for one capability; the handlers call
 the engine and nothing else. Errors of every kind leave through `api.errors`; who may call
 is decided by `api.access` before any handler runs. The lifespan also runs this process's
@@ -44,6 +46,8 @@ from majordomus.engine import LIVE_PATH, Engine
 from majordomus.errors import MajordomusError, invalid_input
 from majordomus.loading import load_capabilities
 from majordomus.loops import within
+from majordomus.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from majordomus.metrics import cluster_families, exposition
 from majordomus.model import ACTOR_HEADER, CLIENT_ACTORS
 from majordomus.registry import Capability
 from majordomus.schemas import MAX_INPUT_DEPTH, coerce_strings
@@ -67,6 +71,9 @@ class ProbeStatus(msgspec.Struct, omit_defaults=True):
     """Capability calls this process is answering now, over HTTP and MCP alike."""
     workers: int | UnsetType = UNSET
 
+
+METRICS_PATH = "/metrics"
+"""Prometheus' scrape: the process's metrics and the cluster's queue (majordomus.metrics)."""
 
 STOP_SECONDS = 3.0
 """How long the API waits for its sweeper and its feed reader to stop when it shuts down."""
@@ -330,13 +337,20 @@ def create_app(
             ProbeStatus("ready", hub.listeners, hub.channels, engine.calls_in_flight, len(workers))
         )
 
+    @get(METRICS_PATH, include_in_schema=False)
+    async def metrics() -> Response[Any]:
+        # Not a capability (no execution, no MCP tool, not in the OpenAPI document): a
+        # scrape in Prometheus' text format, answered whatever Redis does (majordomus.metrics).
+        families = await cluster_families(engine, listeners=hub.listeners)
+        return Response(content=exposition(families), media_type=METRICS_CONTENT_TYPE)
+
     @asgi(LIVE_PATH, copy_scope=True, include_in_schema=False)
     async def live_channel(scope: Scope, receive: Receive, send: Send) -> None:
         await channel(scope, receive, send)
 
-    handlers += [openapi_json, docs_page, live_probe, ready_probe, live_channel]
+    handlers += [openapi_json, docs_page, live_probe, ready_probe, live_channel, metrics]
     handlers += console_handlers()  # the console at `/` (api/console)
-    allowed.update({p: ["GET"] for p in ("/api/v1/live", "/api/v1/ready")})
+    allowed.update({p: ["GET"] for p in ("/api/v1/live", "/api/v1/ready", METRICS_PATH)})
 
     mcp = build_mcp(engine, settings) if mount_mcp else None  # an import error fails start-up
     if mcp is not None:

@@ -2,7 +2,11 @@
 
 `bench.noop` does nothing (the floor of an execution's cost: its four lifecycle events);
 `bench.emit` reports progress in a tight loop (the event rate one handler reaches);
-`bench.hold` waits until it is cancelled or its time passes (live-delivery subjects).
+`bench.hold` waits until it is cancelled or its time passes (live-delivery subjects);
+`bench.stamp` is a no-op that answers when its handler began (epoch seconds), for pick-up
+measured on the worker's side as the peers' jobs measure it (`bench.peers`);
+`bench.paced` logs at a steady rate, each line the wall-clock time it was made at (the
+console's update latency, `bench.console`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,22 @@ class Done(msgspec.Struct):
 )
 async def noop(ctx: Context, value: NoInput) -> Done:
     return Done()
+
+
+class Stamp(msgspec.Struct):
+    started: float
+    """time.time() as the handler began."""
+
+
+@capability(
+    "bench.stamp",
+    input=NoInput,
+    output=Stamp,
+    title="Stamp",
+    description="Does nothing but answer when it began; pick-up seen from the worker.",
+)
+async def stamp(ctx: Context, value: NoInput) -> Stamp:
+    return Stamp(time.time())
 
 
 class EmitInput(msgspec.Struct, forbid_unknown_fields=True):
@@ -82,4 +102,33 @@ async def hold(ctx: Context, value: HoldInput) -> Done:
     deadline = time.monotonic() + value.seconds
     while time.monotonic() < deadline and not ctx.cancelled():
         await asyncio.sleep(0.05)
+    return Done()
+
+
+class PacedInput(msgspec.Struct, forbid_unknown_fields=True):
+    rate: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1000
+    """Log lines a second."""
+    seconds: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 5
+
+
+@capability(
+    "bench.paced",
+    input=PacedInput,
+    output=Done,
+    cancellable=True,
+    title="Log at a steady rate",
+    description="Logs `rate` lines a second, each its own send time (time.time(), as text).",
+)
+async def paced(ctx: Context, value: PacedInput) -> Done:
+    # Each due line is made on time, on a tick every 5 ms; its text is taken just before
+    # its append, so a reader's latency includes everything after the handler.
+    began = time.monotonic()
+    total = int(value.rate * value.seconds)
+    sent = 0
+    while sent < total and not ctx.cancelled():
+        due = min(total, int((time.monotonic() - began) * value.rate) + 1)
+        while sent < due:
+            sent += 1
+            ctx.log(repr(time.time()))
+        await asyncio.sleep(0.005)
     return Done()

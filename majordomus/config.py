@@ -63,6 +63,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     """Entries kept in the global feed that the unscoped live channel resumes from."""
     key_prefix: str = "md"
     """Prefix of every Redis key majordomus writes, arq's queue and job keys included (`<prefix>:queue`, `<prefix>:job:{<id>}`)."""
+    metrics_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
+    """The port a worker serves its Prometheus metrics on (`/metrics`; on 127.0.0.1 unless `majordomus worker --metrics-host` names another); unset: none."""
     api_url: str | None = None
     """For the CLI: go through this API instead of straight to Redis."""
 

@@ -44,6 +44,7 @@ import msgspec
 
 from majordomus.errors import MajordomusError
 from majordomus.loops import Failures, within
+from majordomus.metrics import METRICS
 from majordomus.model import (
     ExecutionDiagnostic,
     LogData,
@@ -232,6 +233,7 @@ class ExecutionContext(Context):
             f"execution_id={execution_id}: writing its reports",
             cap=REPORTS_RETRY_CAP_SECONDS,
             traceback=False,
+            loop="report_writer",
         )
         self._kept_since: float | None = None
         self._drops = 0
@@ -245,6 +247,15 @@ class ExecutionContext(Context):
         self.reports_lost = 0
         """Reports given up (announced in the history, unless the execution was lost)."""
         self.cancelled_by: str | None = None
+        self.began = time.monotonic()
+        """When the worker took it on (for `majordomus_execution_duration_seconds`)."""
+
+    @property
+    def written_end(self) -> str | None:
+        """The final state this context's own terminal event set, once `finish` wrote it;
+        None when it was not written by it (ended elsewhere, forgotten, refused, or not yet)."""
+        result = self._result
+        return result.state if result is not None and result.complete else None
 
     # -- reporting ------------------------------------------------------------------
 
@@ -377,6 +388,7 @@ class ExecutionContext(Context):
                 await self._failures.pause()
                 continue
             self._failures.recovered()
+            METRICS.events_appended(result.applied)
             self._kept_since = None
             self._settle(batch, result)
 

@@ -29,6 +29,7 @@ from majordomus.errors import (
     refused,
 )
 from majordomus.ids import PROTOCOL_VERSION, new_execution_id, require_execution_id
+from majordomus.metrics import METRICS
 from majordomus.model import (
     CURSOR_BOUND,
     EVENT_TYPES,
@@ -60,7 +61,6 @@ from majordomus.store.episodes import EpisodeStore
 from majordomus.store.executions import RawPage, Store, encode
 from majordomus.store.failures import UNREACHABLE
 from majordomus.store.feed import FeedEntry
-from majordomus.store.queue import job_payload
 
 LIVE_PATH = "/events"
 
@@ -250,9 +250,10 @@ class Engine:
             cancellable=cap.cancellable,
             actor=actor,
             episode=episode,
-            job=job_payload(execution_id, cap.id),
             max_concurrency=cap.max_concurrency,
         )
+        METRICS.execution_started(cap.id)
+        METRICS.events_appended(2)  # execution.created, execution.queued
         # Built here rather than read back: the answer is the queued snapshot even when a
         # worker has already picked the execution up.
         return ExecutionSnapshot(
@@ -386,6 +387,9 @@ class Engine:
                 encode({"by": by}),
             )
             result = await self.store.append(execution_id, [event])
+            METRICS.events_appended(result.applied)
+            if result.complete and state == "queued":  # it never ran: ended here
+                METRICS.execution_finished(raw[b"capability"].decode(), "cancelled")
             if result.complete:
                 return CancelOutput("requested", cancellable, await self.get(execution_id))
             # The state moved under us (picked up, or finished): look again.

@@ -7,6 +7,10 @@ three lines from each: the first failure with its traceback, "still failing (N t
 most every `STILL_FAILING_EVERY_SECONDS`, and "recovered after N failures". Between
 attempts it waits an exponential, jittered, capped time (`Failures.pause`).
 
+Each failure and each recovery is also counted for Prometheus, under the loop's name
+(`majordomus_redis_errors_total{loop}`, `majordomus_redis_reconnects_total{loop}`):
+`loop=` names it, or it is derived from the `what` of the log lines (`loop_name`).
+
 This module neither retries a Redis command (the client does, `majordomus.store.connect`)
 nor decides what a loop does once it failed; it only says so and paces the attempts.
 """
@@ -16,11 +20,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import time
 from collections.abc import Awaitable
 from typing import Any
 
-from majordomus.store.failures import UNREACHABLE
+from majordomus.metrics import METRICS
+from majordomus.store.failures import UNREACHABLE, StoreFailure
 
 STILL_FAILING_EVERY_SECONDS = 30.0
 """How often a loop that keeps failing says so again (with its count), at most."""
@@ -36,6 +42,14 @@ RECANCEL_SECONDS = 0.5
 """How long `stop_task` waits for a cancelled task to end before cancelling it again."""
 
 
+def loop_name(what: str) -> str:
+    """A loop's metric label from how its log lines name it: "the worker's poll loop" is
+    `worker_poll_loop`, "the lease renewal (beat)" `lease_renewal`."""
+    text = re.sub(r"\(.*?\)|'s\b", "", what.lower())
+    text = re.sub(r"^the\s+", "", text.strip())
+    return re.sub(r"[^a-z0-9]+", "_", text).strip("_") or "loop"
+
+
 class Failures:
     """The failures of one loop in a row: said once, counted, paced, and ended.
 
@@ -43,7 +57,8 @@ class Failures:
     `recovered()` after one that worked (it says so only if there had been failures).
     `first` and `cap` bound the backoff; `traceback=False` keeps the first line short, for
     a loop of which there are many (one report writer per execution) whose outage the
-    process's own loops already show in full.
+    process's own loops already show in full. `loop` is its name in the metrics (bounded:
+    never an id); by default `loop_name(what)`.
     """
 
     def __init__(
@@ -55,8 +70,10 @@ class Failures:
         first: float = BACKOFF_FIRST_SECONDS,
         cap: float = BACKOFF_CAP_SECONDS,
         traceback: bool = True,
+        loop: str | None = None,
     ) -> None:
         self.log = log
+        self.loop = loop or loop_name(what)
         self.traceback = traceback
         self.what = what
         self.every = every
@@ -80,6 +97,8 @@ class Failures:
     def failed(self, exc: BaseException) -> None:
         now = time.monotonic()
         self.count += 1
+        if isinstance(exc, StoreFailure):  # a fault of the loop's own is not Redis's
+            METRICS.redis_errors.labels(self.loop).inc()
         # An outage is expected to pass (a warning); anything else is a fault (an error).
         level = logging.WARNING if isinstance(exc, UNREACHABLE) else logging.ERROR
         if self.count == 1:
@@ -109,6 +128,7 @@ class Failures:
     def recovered(self) -> None:
         if not self.count:
             return
+        METRICS.redis_reconnects.labels(self.loop).inc()
         self.log.info(
             "%s recovered after %d failures in %.1fs", self.what, self.count, self.for_seconds
         )

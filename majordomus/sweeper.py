@@ -36,6 +36,7 @@ import msgspec
 from majordomus.config import Settings
 from majordomus.errors import MajordomusError
 from majordomus.loops import Failures, stop_task, within
+from majordomus.metrics import METRICS
 from majordomus.registry import Registry
 from majordomus.states import FINAL
 from majordomus.store.clock import now_stamp
@@ -218,13 +219,11 @@ class Sweeper:
         return failed
 
     async def upkeep(self) -> None:
-        """The queue's own repairs, one script each however long the queue: jobs taken a
-        lease ago by a worker that died before claiming them go back into the queue, and a
+        """The queue's own repair, one script per capability however long the queue: a
         capability whose slot ran out without a terminal event (a holder's lease lapsed)
-        moves its oldest waiting executions into the queue."""
-        back = await self.store.requeue_taken(int(self.settings.lease_seconds * 1000))
-        if back:
-            log.warning("put back %d executions taken by a worker that stopped before starting them", back)
+        moves its oldest waiting executions into the queue. (A take is a claim, so no
+        execution is ever taken and not started: a worker that dies after a take has its
+        executions failed like any it was running.)"""
         for capability, limit in self.concurrency.items():
             await self.store.release_slot(capability, "", limit)
 
@@ -240,7 +239,10 @@ class Sweeper:
                     for x in batch
                 )
             )
-            failed += [x for x, result in zip(batch, results, strict=True) if result.complete]
+            swept = [x for x, result in zip(batch, results, strict=True) if result.complete]
+            METRICS.swept.inc(len(swept))
+            METRICS.events_appended(len(swept))
+            failed += swept
             # The terminal event took the failed ones out of the set; this takes out those
             # that had ended already, or that Redis no longer knows. One refused while still
             # running means the worker renewed its lease meanwhile: it keeps the rest.

@@ -1,10 +1,10 @@
 """What one worker process holds: its executions, its lease, its signals, its sweeper.
 
-`WorkerRuntime.run` is the body of the one arq job every execution is: claim it (an atomic
-queued -> running that only one worker can win, so an execution never runs twice), read the
-worker-only input, run the handler with a reporting context, and end it with exactly one
-terminal event. Beside that the runtime keeps the worker's lease and presence fresh,
-listens for wake-up and cancel signals on one pub/sub connection, and sweeps executions
+`WorkerRuntime.run_taken` runs one execution the worker took: the take already moved it
+queued -> running (an atomic step only one worker can win, so an execution never runs
+twice) and answered its worker-only input; this runs the handler with a reporting context
+and ends it with exactly one terminal event. Beside that the runtime keeps the worker's
+lease and presence fresh, listens for wake-up and cancel signals on one pub/sub connection, and sweeps executions
 whose worker stopped renewing its lease. Every read and write goes through the store; no
 Redis command is named here.
 """
@@ -27,12 +27,14 @@ from majordomus.context import ExecutionCancelled, ExecutionContext, error_of
 from majordomus.engine import Engine, call_handler
 from majordomus.errors import MajordomusError
 from majordomus.loops import Failures, stop_task, within
+from majordomus.metrics import METRICS
 from majordomus.registry import Registry
 from majordomus.schemas import secret_values
 from majordomus.states import FINAL
 from majordomus.store.clock import now_stamp
 from majordomus.store.connect import RedisClient
 from majordomus.store.executions import encode
+from majordomus.store.queue import Taken
 from majordomus.store.workers import Presence
 from majordomus.sweeper import Sweeper, concurrency_of, failed_data
 
@@ -235,28 +237,26 @@ class WorkerRuntime:
 
     # -- one execution --------------------------------------------------------------
 
-    async def run(self, execution_id: str, capability_id: str) -> str:
-        """Run one execution to its end; answers how it ended (for arq's log only)."""
-        cap = self.registry.get(capability_id)
+    async def run_taken(self, taken: Taken) -> str:
+        """Run one execution this worker took and started (`take.lua`: it is `running`
+        here, with its concurrency slot if its capability has a `max_concurrency`) to its
+        end; answers how it ended (for the log only)."""
+        execution_id = taken.execution_id
+        cap = self.registry.get(taken.capability)
         if cap is None:
             await self.store.append(
                 execution_id,
                 [("execution.failed", failed_data(MajordomusError(
                     "not_found",
-                    f"no worker capability {capability_id!r}",
+                    f"no worker capability {taken.capability!r}",
                     "load the module that declares it on the workers (MAJORDOMUS_CAPABILITIES)",
                 ), execution_id))],
+                self.worker_id,
             )
             return "unknown capability"
-        # A capability with `max_concurrency` got its slot when the job was taken
-        # (take_job.lua); its terminal event frees it (append.lua).
-        slot = bool(cap.max_concurrency)
-        claim, secret = await self.store.claim(execution_id, self.worker_id)
-        if not claim.complete:
-            if slot:  # never ran, so no terminal event of ours frees the slot
-                await self.store.release_slot(cap.id, execution_id, cap.max_concurrency or 0)
-            return f"not run: it is {claim.state or 'gone'}"
-        return await self._run_claimed(cap, execution_id, secret, slot)
+        return await self._run_claimed(
+            cap, execution_id, taken.secret, bool(cap.max_concurrency)
+        )
 
     async def _run_claimed(self, cap: Any, execution_id: str, secret: bytes | None, slot: bool) -> str:
         ctx = ExecutionContext(
@@ -268,6 +268,7 @@ class WorkerRuntime:
         )
         run = Running(ctx, cap.id, slot)
         self.running[execution_id] = run
+        METRICS.events_appended(1)  # its execution.started, written as this worker took it
         try:
             value = msgspec.json.decode(secret or b"{}", type=cap.input)
             # Held at its awaits while its reports wait past their bound (`ctx.held`).
@@ -289,6 +290,8 @@ class WorkerRuntime:
             )
             return result.state
         finally:
+            if (ended := ctx.written_end) is not None:  # its terminal event is ours: count it
+                METRICS.execution_finished(cap.id, ended, time.monotonic() - ctx.began)
             if run.force_timer is not None:
                 run.force_timer.cancel()
             if ctx.forgotten and not run.forgotten:

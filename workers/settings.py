@@ -1,14 +1,14 @@
-"""arq's `WorkerSettings` for majordomus, and the one job function every execution runs as.
+"""arq's `WorkerSettings` for majordomus.
 
 Run a worker with `majordomus worker`; `arq workers.settings.WorkerSettings --check` reads
 its health record. arq's own command cannot run one: it builds arq's `Worker`, whose job
-keys are arq's (`arq:job:<id>`), not the prefix's, so the startup refuses it. Jobs are
-serialized with msgspec's MessagePack, never pickle; results are not kept (the execution's
-snapshot is the result); arq's own retries are off because an execution never runs twice.
+keys are arq's (`arq:job:<id>`), not the prefix's, so the startup refuses it. arq jobs are
+never written (an execution's snapshot is its job and its result; the worker takes it with
+one script); arq's own retries are off because an execution never runs twice.
 arq's per-job log lines are off too: an execution's events already say when it started and
 how it ended, and writing two lines a job cost a tenth of a busy worker's time. Every key
-the worker names (its queue, its health record, and the jobs' keys, which
-`MajordomusWorker` builds through the store) is under `MAJORDOMUS_KEY_PREFIX`.
+the worker names (its queue, its health record, and the executions' keys, which
+`MajordomusWorker` reaches through the store) is under `MAJORDOMUS_KEY_PREFIX`.
 """
 
 from __future__ import annotations
@@ -35,9 +35,11 @@ JOB_TIMEOUT_SECONDS = 7 * 24 * 3600
 executions); arq derives from it how long a job's in-progress mark lasts (10 s more)."""
 
 
-async def run_execution(ctx: dict[str, Any], execution_id: str, capability: str) -> str:
-    runtime: WorkerRuntime = ctx["majordomus"]
-    return await runtime.run(execution_id, capability)
+async def run_execution(ctx: dict[str, Any], *args: Any) -> str:
+    """arq wants one function; no arq job ever names it: `MajordomusWorker` takes and runs
+    executions itself (`take.lua`, `WorkerRuntime.run_taken`), and nothing enqueues arq
+    jobs on majordomus' queue."""
+    raise RuntimeError("majordomus executions are taken by MajordomusWorker, not as arq jobs")
 
 
 async def startup(ctx: dict[str, Any]) -> None:

@@ -8,14 +8,15 @@ picked up within milliseconds and an idle worker makes one small query a second.
 stops taking work, lets running executions finish for `MAJORDOMUS_SHUTDOWN_GRACE`, then
 cancels them (`by: "server"`).
 
-It also runs the jobs itself (`_run_execution`, in place of arq's `run_job`,
-`finish_job` and `finish_failed_job`): arq's build every key from its module constants
-(`arq:job:<id>`, `arq:retry:<id>`, `arq:abort`, ...), one set for the whole process,
-which would put every deployment's jobs under the same names whatever its
-`MAJORDOMUS_KEY_PREFIX`. Ours go through the store and its `Keys`, so a worker touches
-only its own prefix's keys, and several prefixes can run in one process. Majordomus has
-one job, `run_execution`, and needs none of what arq's runner adds around it (retries,
-results, aborts, its timeout, per-job hooks), so this is a handful of lines, not a copy.
+It also takes and runs the executions itself (`_poll_iteration` and `_run_execution`, in
+place of arq's `start_jobs`, `run_job`, `finish_job` and `finish_failed_job`): arq's build
+every key from its module constants (`arq:job:<id>`, `arq:retry:<id>`, `arq:abort`, ...),
+one set for the whole process, which would put every deployment's jobs under the same
+names whatever its `MAJORDOMUS_KEY_PREFIX`, and spend five round trips a job where
+majordomus needs a fraction of one. Ours go through the store and its `Keys`, so a worker
+touches only its own prefix's keys, and several prefixes can run in one process. An
+execution needs none of what arq's runner adds around a job (retries, results, aborts,
+its timeout, per-job hooks), so this is a handful of lines, not a copy.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from arq.connections import create_pool
 from arq.worker import Worker
 
 from majordomus.loops import Failures, within
-from majordomus.store.queue import RUN_EXECUTION, Taken
+from majordomus.store.queue import Taken
 from workers.runtime import WorkerRuntime
 from workers.settings import MAJORDOMUS_WORKER
 
@@ -39,6 +40,10 @@ log = logging.getLogger("majordomus.worker")
 
 class MajordomusWorker(Worker):
     runtime: WorkerRuntime | None = None
+    _take_token: str | None = None
+    """The token of a take not yet answered (sent again by the next poll)."""
+    _next_due_ms: float | None = None
+    """When the queue's first entry is due, as the last take saw it."""
 
     async def main(self) -> None:
         if self._pool is None:
@@ -72,7 +77,7 @@ class MajordomusWorker(Worker):
                     and not await runtime.store.queue_length(self.queue_name)
                 ):
                     return
-                timeout = await self._next_wait(runtime, runtime.settings.poll_seconds)
+                timeout = self._next_wait(runtime.settings.poll_seconds)
             except Exception as exc:  # noqa: BLE001
                 failures.failed(exc)
                 timeout = failures.backoff()
@@ -80,71 +85,76 @@ class MajordomusWorker(Worker):
                 failures.recovered()
             await within(timeout, runtime.wake.wait())
 
-    async def _next_wait(self, runtime: WorkerRuntime, fallback: float) -> float:
-        """Until the next deferred job is due, or the fallback; never a busy loop."""
-        head_ms = await runtime.store.queue_head_ms(self.queue_name)
+    def _next_wait(self, fallback: float) -> float:
+        """Until the queue's next entry is due (as the take saw it), or the fallback; none
+        when due work is left and this worker has room; never a busy loop."""
+        head_ms = self._next_due_ms
         if head_ms is None:
             return fallback
         due_in = (head_ms - time.time() * 1000) / 1000
-        # A due job that was not started is running elsewhere, or we are full: a finishing
-        # job or a new start wakes us.
-        return fallback if due_in <= 0 else min(due_in, fallback)
+        if due_in > 0:
+            return min(due_in, fallback)
+        # Due work left after a take: more than it could take, so take again now while
+        # there is room; when full, a finishing execution wakes us.
+        return 0.0 if self.job_counter < self.max_jobs and self.allow_pick_jobs else fallback
+
+    async def _poll_iteration(self) -> None:
+        """arq's poll, as one script (`take.lua`) that polls, takes and starts up to as many
+        executions as this worker has free slots: one round trip per batch of starts
+        (arq's read the queue, then spend four round trips a job to mark it in progress,
+        and ours then claimed it in another). The token is kept until a take answers: a
+        take whose answer was lost (Redis away in between) is sent again with its token by
+        the next poll, which answers the executions it started, so none is stranded
+        `running` with nobody running it. A worker whose lease lapsed takes nothing and
+        beats first. Then arq's own bookkeeping: finished tasks are dropped, and its health
+        record is written when due."""
+        runtime = self._runtime()
+        # Woken while full: work may be waiting, so the next slot freed polls again.
+        self._next_due_ms = 0.0
+        if self.allow_pick_jobs and self.job_counter < self.max_jobs:
+            free = self.max_jobs - self.job_counter
+            if self._take_token is None:
+                self._take_token = runtime.store.next_token()
+            take = await runtime.store.take(runtime.worker_id, free, self._take_token)
+            self._take_token = None
+            if take.lapsed:  # beat (the lease is in doubt), then take again at once
+                runtime.beat_ok_at = None
+                self._next_due_ms = 0.0
+            else:
+                self._next_due_ms = take.next_due_ms
+            for taken in take.taken:
+                self._start(taken)
+        for job_id, t in list(self.tasks.items()):
+            if t.done():
+                del self.tasks[job_id]
+                t.result()
+        await self.heart_beat()
+
+    def _start(self, taken: Taken) -> None:
+        """Run a taken execution in a task of its own, holding one of the worker's slots."""
+        self.job_counter += 1  # arq's semaphore is not used: the take counts the free slots
+        task = self.loop.create_task(self._run_execution(taken))
+        task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
+        self.tasks[taken.execution_id] = task
 
     async def start_jobs(self, job_ids: list[bytes]) -> None:
-        """arq's own loop over the polled job ids, but cheaper per job, which is what bounds
-        a busy worker's rate: taking a job is one atomic script (`take_job`) instead of a
-        WATCH/MULTI transaction of four round trips, and it takes the job off the queue, so
-        the queue holds only work that can run: no poll reads a running job again, and a
-        job held back by `max_concurrency` waits in its capability's list, not here."""
-        runtime = self._runtime()
-        in_progress_ms = int(self.in_progress_timeout_s * 1000)
-        for raw_id in job_ids:
-            job_id = raw_id.decode()
-            mine = self.tasks.get(job_id)
-            if mine is not None and not mine.done():
-                continue
-            await self.sem.acquire()
-            if self.job_counter >= self.max_jobs:
-                self.sem.release()
-                return
-            self.job_counter += 1
-            try:
-                taken = await runtime.store.take_job(self.queue_name, job_id, in_progress_ms)
-            except BaseException:  # Redis away: give the slot back, the poll loop retries
-                self.job_counter -= 1
-                self.sem.release()
-                raise
-            if not isinstance(taken, Taken):  # taken elsewhere, stale, or waiting for a slot
-                self.job_counter -= 1
-                self.sem.release()
-                continue
-            task = self.loop.create_task(self._run_execution(job_id, taken))
-            task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
-            self.tasks[job_id] = task
+        raise NotImplementedError("MajordomusWorker takes executions in _poll_iteration")
 
-    async def _run_execution(self, job_id: str, taken: Taken) -> None:
-        """Run one taken job, what arq's `run_job` and `finish_job` do for it, with one round
-        trip, after the run (arq's spend two: one reads the job back and counts a try, one
-        finishes it). The job is `run_execution(id, capability)`, its id the execution's,
-        and the take answered the capability: nothing is read back. The runtime ends the
-        execution with exactly one terminal event, which clears the job's keys; the finish
-        clears what a run that did not end it leaves (a worker torn down mid-run: the
-        sweeper fails the execution, or puts it back in the queue if it was never claimed).
-        Like arq, a failure is counted and logged here, not raised, unless the finish
-        itself fails (Redis away), which reaches the poll loop."""
+    async def _run_execution(self, taken: Taken) -> None:
+        """Run one taken execution, which the runtime ends with exactly one terminal event
+        (that event clears everything the queue held of it): nothing is read back before,
+        nothing is cleared after. Like arq, a failure is counted and logged here, not
+        raised."""
         runtime = self._runtime()
-        function = self.functions[RUN_EXECUTION]
-        ctx = {**self.ctx, "job_id": job_id, "score": taken.score}
         try:
-            await function.coroutine(ctx, job_id, taken.capability)
-        except asyncio.CancelledError:  # the worker torn down: arq's "will be run again"
+            await runtime.run_taken(taken)
+        except asyncio.CancelledError:  # the worker torn down: the sweeper ends it
             self.jobs_retried += 1
         except Exception:
             self.jobs_failed += 1
-            log.exception("execution_id=%s: its job failed", job_id)
+            log.exception("execution_id=%s: its run failed", taken.execution_id)
         else:
             self.jobs_complete += 1
-        await asyncio.shield(runtime.store.finish_job(job_id))
 
     def _runtime(self) -> WorkerRuntime:
         if self.runtime is None:
@@ -167,8 +177,13 @@ class MajordomusWorker(Worker):
         raise NotImplementedError("no allow_abort_jobs: majordomus cancels executions")
 
     def _release_sem_dec_counter_on_complete(self) -> None:
-        super()._release_sem_dec_counter_on_complete()
-        if self.runtime is not None:
+        """A slot freed (arq's semaphore stays as it was: only arq's `start_jobs` used it).
+        The poll loop is woken to fill it only when the last take left due work behind
+        (this worker was full); otherwise the next start's wake-up signal is enough, and
+        an idle queue costs no empty take per finished execution."""
+        self.job_counter -= 1
+        due = self._next_due_ms
+        if self.runtime is not None and due is not None and due <= time.time() * 1000:
             self.runtime.wake.set()
 
     def handle_sig(self, signum: Any) -> None:

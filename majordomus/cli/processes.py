@@ -39,9 +39,32 @@ def _logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
+def _serve_worker_metrics(host: str) -> None:
+    """The worker's metrics port, when `MAJORDOMUS_METRICS_PORT` asks for one; a port that
+    cannot be bound stops the worker with one line."""
+    port = settings().metrics_port
+    if port is None:
+        return
+    from majordomus.metrics import serve_metrics
+
+    try:
+        serve_metrics(host, port)
+    except OSError as exc:
+        typer.echo(
+            f"majordomus: cannot serve the worker's metrics on {host}:{port} ({exc}).\n"
+            "Choose another MAJORDOMUS_METRICS_PORT, or leave it unset.",
+            err=True,
+        )
+        raise typer.Exit(2) from None
+    logging.getLogger("majordomus.worker").info("metrics on http://%s:%d/metrics", host, port)
+
+
 def worker(
     max_jobs: int = typer.Option(
         0, help="Executions this worker runs at once (default MAJORDOMUS_MAX_JOBS)."
+    ),
+    metrics_host: str = typer.Option(
+        "127.0.0.1", help="Interface the metrics port binds (with MAJORDOMUS_METRICS_PORT)."
     ),
 ) -> None:
     """Run an arq worker on MAJORDOMUS_REDIS_URL (default redis://127.0.0.1:6379/0)."""
@@ -49,6 +72,7 @@ def worker(
     from workers.settings import build_worker
 
     _logging()
+    _serve_worker_metrics(metrics_host)
     overrides = {"max_jobs": max_jobs} if max_jobs else {}
     build_worker(settings(), **overrides).run()
 

@@ -82,7 +82,6 @@ class ExecutionStore(StoreBase):
         cancellable: bool,
         actor: str,
         episode: str | None,
-        job: bytes,
         max_concurrency: int | None = None,
     ) -> tuple[int, str]:
         """Create and enqueue; answers how many were queued ahead of it, and when it was."""
@@ -96,7 +95,6 @@ class ExecutionStore(StoreBase):
             k.queued,
             k.secret_input(execution_id),
             k.queue,
-            k.job(execution_id),
             k.created_counter,
         ]
         args: list[bytes | str | int | float] = [
@@ -111,7 +109,6 @@ class ExecutionStore(StoreBase):
             actor,
             episode or "",
             secret_json or b"",
-            job,
             self.settings.retain_seconds * 1000,
             created_data,
             k.wake_channel,
@@ -142,9 +139,6 @@ class ExecutionStore(StoreBase):
             k.finished,
             k.secret_input(execution_id),
             k.queue,
-            k.job(execution_id),
-            k.in_progress(execution_id),
-            k.taken,
         ]
         args: list[Any] = [
             execution_id,

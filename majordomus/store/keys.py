@@ -1,12 +1,12 @@
 """Every Redis key majordomus writes, built in this one module, arq's included.
 
 Every key starts with the prefix (`MAJORDOMUS_KEY_PREFIX`), so deployments with different
-prefixes share a database without sharing a key: the keys arq's worker would name from its
-module constants (`arq:job:<id>`, `arq:in-progress:<id>`, ...) are named here instead, and
-`workers/worker.py` runs jobs with these (arq's retry, result and abort keys are never
-written: majordomus does not retry a job, keeps no result and aborts through its own
-cancel). Keys of one execution share the hash tag `{<execution id>}`, arq's job and
-in-progress mark too, so a Redis Cluster keeps them in one slot. The indexes (all
+prefixes share a database without sharing a key. Of arq's keys only two remain, named
+here: the queue and the worker's health record. arq's job, in-progress, retry, result and
+abort keys are never written: an execution's snapshot is its job, `take.lua` takes and
+starts it in one step (so there is no in-progress mark to keep), majordomus keeps no
+result beside the snapshot and cancels through its own `cancelling`. Keys of one
+execution share the hash tag `{<execution id>}`, so a Redis Cluster keeps them in one slot. The indexes (all
 executions, by state, finished) and the global feed are process-wide keys; the scripts that
 touch both an execution and an index are therefore single-node (or Sentinel) operations,
 which is what majordomus is deployed on today.
@@ -31,9 +31,6 @@ class Keys:
         self.workers = f"{prefix}:workers"
         self.wake_channel = f"{prefix}:wake"
         self.cancel_channel = f"{prefix}:cancel"
-        # Jobs a worker took off the queue and has not claimed yet (scored by when): what a
-        # worker killed between the two leaves behind, which the sweeper puts back.
-        self.taken = f"{prefix}:taken"
         # The one sweeper at a time, across every worker and API process.
         self.sweeper_lock = f"{prefix}:sweeper"
         # Open and detached episodes by external id, scored by when the reaper may close
@@ -50,15 +47,6 @@ class Keys:
     def secret_input(self, execution_id: str) -> str:
         return f"{self.prefix}:x:{{{execution_id}}}:input"
 
-    def job(self, execution_id: str) -> str:
-        """arq's job of the execution (its job id is the execution id), written with it."""
-        return f"{self.prefix}:job:{{{execution_id}}}"
-
-    def in_progress(self, execution_id: str) -> str:
-        """arq's mark that a worker took the job (`take_job.lua`); its terminal event, or the
-        worker's finish of the job, deletes it."""
-        return f"{self.prefix}:in-progress:{{{execution_id}}}"
-
     def execution_keys(self, execution_id: str) -> list[str]:
         return [
             self.snapshot(execution_id),
@@ -74,6 +62,11 @@ class Keys:
         removed by the terminal event, in `append.lua`, so finding a dead worker's
         executions reads this set, never every execution."""
         return f"{self.prefix}:worker:{worker_id}:running"
+
+    def worker_take(self, worker_id: str) -> str:
+        """A worker's last take (its token and the ids it started), so that the take sent
+        again after a lost answer answers the same executions (`take.lua`)."""
+        return f"{self.prefix}:worker:{worker_id}:take"
 
     def lease(self, worker_id: str) -> str:
         return f"{self.prefix}:lease:{worker_id}"

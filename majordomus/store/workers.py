@@ -3,8 +3,9 @@
 A worker beats every fifth of `MAJORDOMUS_LEASE_SECONDS`: it renews its lease (a key that
 expires after half the lease time when beats stop) and writes its presence (a hash, and its
 score in the workers' set: its last beat, epoch ms). The executions it holds are the set
-`Keys.worker_running`, kept by `append.lua` (added at the claim, removed by the terminal
-event), so a dead worker's executions are found without reading every execution.
+`Keys.worker_running`, kept by the scripts (added by the take, `take.lua`, removed by the
+terminal event, `append.lua`), so a dead worker's executions are found without reading
+every execution.
 
 A worker that stops cleanly removes its lease and presence; one that is killed leaves its
 lease to run out, the sweeper (`majordomus.sweeper`) fails what it held and, once its last
@@ -124,13 +125,18 @@ class WorkerStore(StoreBase):
             await self.redis.srem(self.keys.worker_running(worker_id), *execution_ids)  # type: ignore[misc]
 
     async def forget_workers(self, worker_ids: Sequence[str]) -> None:
-        """Remove workers' presence, lease and running set, in one round trip."""
+        """Remove workers' presence, lease, running set and last take, in one round trip."""
         if not worker_ids:
             return
         k = self.keys
         async with self.redis.pipeline(transaction=False) as pipe:
             for worker_id in worker_ids:
-                pipe.delete(k.worker(worker_id), k.lease(worker_id), k.worker_running(worker_id))
+                pipe.delete(
+                    k.worker(worker_id),
+                    k.lease(worker_id),
+                    k.worker_running(worker_id),
+                    k.worker_take(worker_id),
+                )
             pipe.zrem(k.workers, *worker_ids)
             await pipe.execute()
 

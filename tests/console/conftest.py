@@ -62,16 +62,16 @@ def forget_prefix(redis_url: str, prefix: str) -> None:
 class ConsoleWorker(WorkerChild):
     """`WorkerChild` under the console's prefix, with its capabilities."""
 
-    def __init__(self, redis_url: str, prefix: str = PREFIX) -> None:
+    def __init__(self, redis_url: str, prefix: str = PREFIX, **env: str) -> None:
         super().__init__(
-            redis_url, MAJORDOMUS_CAPABILITIES=CAPABILITIES, MAJORDOMUS_KEY_PREFIX=prefix
+            redis_url, MAJORDOMUS_CAPABILITIES=CAPABILITIES, MAJORDOMUS_KEY_PREFIX=prefix, **env
         )
         self.prefix = prefix
 
     def wait_reported(self, redis_url: str, count: int = 1, timeout: float = 30) -> None:
         client = redis_sync.Redis.from_url(redis_url)
         deadline = time.monotonic() + timeout
-        while client.zcard(f"{self.prefix}:workers") < count:
+        while int(client.zcard(f"{self.prefix}:workers")) < count:  # type: ignore[arg-type]
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"the worker did not report:\n{self.output()}")
             time.sleep(0.05)
@@ -79,9 +79,8 @@ class ConsoleWorker(WorkerChild):
 
 
 def console_api(redis_url: str, prefix: str = PREFIX, **env: str) -> ApiProcess:
-    return ApiProcess(
-        redis_url, MAJORDOMUS_CAPABILITIES=CAPABILITIES, MAJORDOMUS_KEY_PREFIX=prefix, **env
-    )
+    env.update(MAJORDOMUS_CAPABILITIES=CAPABILITIES, MAJORDOMUS_KEY_PREFIX=prefix)
+    return ApiProcess(redis_url, None, **env)
 
 
 @pytest.fixture(scope="package")

@@ -1,7 +1,7 @@
 """Two deployments with different `MAJORDOMUS_KEY_PREFIX`es share a Redis database and
-nothing else: every key either writes, arq's job keys included, starts with its prefix, and
-each runs only its own executions, through success, cancel, a worker killed mid-run and a
-job taken by a worker that died before it ran it. Both run in this one process (as the
+nothing else: every key either writes, arq's queue and health record included, starts with
+its prefix, and each runs only its own executions, through success, cancel, a worker killed
+mid-run and one that died right after a take. Both run in this one process (as the
 tests and `majordomus dev` do), beside a worker process of their own."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from majordomus.config import Settings
 from majordomus.engine import Engine
 from majordomus.errors import MajordomusError
 from majordomus.registry import REGISTRY
-from majordomus.store.queue import Taken
 from tests.conftest import make_settings, running_worker, until, wait_for_workers
+from tests.workers.test_sweeper import beat
 
 PREFIXES = ("t1", "t2")
 
@@ -56,14 +56,16 @@ async def test_two_prefixes_on_one_database_share_no_key_and_run_only_their_own(
     await until(lambda: _state(t2, lost.id, "running"), timeout=20)
     in_flight = await all_keys(redis)
     assert strays(in_flight) == []
-    # arq's job and its in-progress mark, under the prefix and the execution's hash tag.
-    assert {f"t2:job:{{{lost.id}}}", f"t2:in-progress:{{{lost.id}}}"} <= set(in_flight)
+    # The execution's keys, under the prefix and the execution's hash tag.
+    assert {f"t2:x:{{{lost.id}}}", f"t2:x:{{{lost.id}}}:events"} <= set(in_flight)
     victim.kill()
     victim.wait()
 
-    # A t1 job taken by a worker that died before it claimed it (taken, never started).
+    # A t1 execution taken by a worker that died right after the take (its lease lapses).
     stranded = await t1.start("tests.noop", {})
-    assert isinstance(await _take(t1, stranded.id), Taken)
+    await beat(t1.store, "ghost")
+    assert [t.execution_id for t in (await _take(t1, "ghost")).taken] == [stranded.id]
+    await redis.pexpire(t1.store.keys.lease("ghost"), 1)
 
     async with running_worker(redis, t1.settings) as w1, running_worker(redis, t2.settings) as w2:
         ids = {p: w.runtime.worker_id for p, w in (("t1", w1), ("t2", w2))}
@@ -83,9 +85,9 @@ async def test_two_prefixes_on_one_database_share_no_key_and_run_only_their_own(
                 with pytest.raises(MajordomusError):
                     await other.get(xid)
         assert (await t1.wait(cancelled.id, 20_000)).state == "cancelled"
-        # The t1 sweeper put the stranded job back; the t1 worker ran it.
-        back = await t1.wait(stranded.id, 30_000)
-        assert (back.state, back.worker) == ("succeeded", ids["t1"])
+        # The t1 sweeper failed what the dead taker held; nothing ran it twice.
+        gone = await t1.wait(stranded.id, 30_000)
+        assert (gone.state, gone.worker, gone.attempt) == ("failed", "ghost", 1)
         # The t2 sweeper failed what the killed t2 worker held.
         failed = await t2.wait(lost.id, 30_000)
         assert (failed.state, failed.worker) == ("failed", victim_id)
@@ -93,15 +95,13 @@ async def test_two_prefixes_on_one_database_share_no_key_and_run_only_their_own(
 
     left = await all_keys(redis)
     assert left and strays(left) == []
-    assert not [
-        k
-        for k in left
-        if k.startswith(("t1:job:", "t2:job:", "t1:in-progress:", "t2:in-progress:"))
-    ]
+    # Of the ended executions only their snapshots and histories are left.
+    kept = [k for k in left if k.startswith(("t1:x:", "t2:x:"))]
+    assert kept and all(k.endswith(("}", "}:events")) for k in kept), kept
 
 
-async def _take(engine: Engine, execution_id: str) -> Any:
-    return await engine.store.take_job(engine.store.keys.queue, execution_id, 60_000)
+async def _take(engine: Engine, worker: str) -> Any:
+    return await engine.store.take(worker, 10, engine.store.next_token())
 
 
 async def test_a_worker_under_arqs_own_worker_class_refuses_to_start(settings: Settings) -> None:
@@ -113,7 +113,7 @@ async def test_a_worker_under_arqs_own_worker_class_refuses_to_start(settings: S
         await startup({"settings": settings})
 
 
-async def test_a_worker_torn_down_mid_run_clears_the_jobs_keys_and_leaves_its_end_to_the_sweeper(
+async def test_a_worker_torn_down_mid_run_leaves_its_end_to_the_sweeper(
     redis: Any, engines: dict[str, Engine]
 ) -> None:
     t1 = engines["t1"]
@@ -121,8 +121,9 @@ async def test_a_worker_torn_down_mid_run_clears_the_jobs_keys_and_leaves_its_en
         snap = await t1.start("tests.sleepy", {"seconds": 60})
         await until(lambda: _state(t1, snap.id, "running"))
         keys = t1.store.keys
-        assert await redis.exists(keys.job(snap.id), keys.in_progress(snap.id)) == 2
     assert worker.jobs_retried == 1  # arq's count of a job cut short by the worker's end
-    assert await redis.exists(keys.job(snap.id), keys.in_progress(snap.id)) == 0
+    assert await redis.smembers(keys.worker_running(worker.runtime.worker_id)) == {
+        snap.id.encode()
+    }
     assert (await t1.get(snap.id)).state == "running"  # the sweeper fails it, a lease on
     assert strays(await all_keys(redis)) == []

@@ -238,14 +238,14 @@ async def test_a_worker_back_from_an_outage_renews_its_lease_before_it_takes_wor
     async with running_worker(redis, settings) as worker:
         runtime = worker.runtime
         lease_key = engine.store.keys.lease(runtime.worker_id)
-        take = runtime.store.take_job
+        take = runtime.store.take
         lease_at_take: list[bool] = []
 
         async def taking(*args: Any) -> Any:
             lease_at_take.append(bool(await redis.exists(lease_key)))
             return await take(*args)
 
-        runtime.store.take_job = taking  # type: ignore[method-assign]
+        runtime.store.take = taking  # type: ignore[method-assign]
         # As after an outage longer than the lease: no beat for a while, the lease gone.
         runtime.beat_ok_at = time.monotonic() - settings.lease_seconds
         await redis.delete(lease_key)
@@ -323,12 +323,11 @@ async def test_a_pass_costs_the_same_with_10_or_10_000_running_executions(
         await client.aclose()
     assert many == few
     # The renewal (WATCH, GET, MULTI, PEXPIRE, EXEC), the workers' set and, per worker,
-    # its lease and its running count, and the queue's upkeep (one script: taken jobs never
-    # claimed; none per capability here): nothing per execution.
+    # its lease and its running count, and the queue's upkeep (one script per capability
+    # with a max_concurrency; none here): nothing per execution.
     workers = 3
     assert few == Counter(
-        WATCH=1, GET=1, MULTI=1, PEXPIRE=1, EXEC=1, ZRANGE=1, EXISTS=workers, SCARD=workers,
-        EVALSHA=1,
+        WATCH=1, GET=1, MULTI=1, PEXPIRE=1, EXEC=1, ZRANGE=1, EXISTS=workers, SCARD=workers
     ), few
 
 

@@ -15,55 +15,113 @@ from majordomus.engine import Engine
 from majordomus.registry import REGISTRY
 from majordomus.store.connect import connect
 from majordomus.store.embedded import EmbeddedRedis
-from majordomus.store.queue import WAITING, Taken
+from majordomus.store.queue import Take
 from tests.conftest import make_settings, running_worker, until
+from tests.workers.test_executions import types_of
 
-IN_PROGRESS_MS = 60_000
+WORKER = "taker"
 
 
 async def queue_of(engine: Engine) -> list[str]:
     return [m.decode() for m in await engine.redis.zrange(engine.store.keys.queue, 0, -1)]
 
 
-async def take(engine: Engine, execution_id: str) -> Taken | str | None:
-    return await engine.store.take_job(engine.store.keys.queue, execution_id, IN_PROGRESS_MS)
+async def take(engine: Engine, count: int = 10, token: str | None = None, worker: str = WORKER) -> Take:
+    """A take by a worker whose lease holds (a take by a lapsed one takes nothing)."""
+    await engine.redis.set(engine.store.keys.lease(worker), 1, px=60_000)
+    return await engine.store.take(worker, count, token or engine.store.next_token())
 
 
-async def test_a_due_job_is_taken_once_off_the_queue_and_marked_in_progress(engine: Engine) -> None:
+async def test_a_due_execution_is_taken_once_off_the_queue_and_started(engine: Engine) -> None:
     snap = await engine.start("tests.noop", {})
-    taken = await take(engine, snap.id)
-    assert isinstance(taken, Taken) and taken.capability == "tests.noop"
+    took = await take(engine)
+    assert [(t.execution_id, t.capability, t.sequence) for t in took.taken] == [
+        (snap.id, "tests.noop", 3)
+    ]
+    assert took.next_due_ms is None
     assert await queue_of(engine) == []
-    in_progress = engine.store.keys.in_progress(snap.id)
-    assert await engine.redis.pttl(in_progress) > IN_PROGRESS_MS - 1000
-    assert await take(engine, snap.id) is None
+    now = await engine.get(snap.id)
+    assert (now.state, now.worker, now.attempt) == ("running", WORKER, 1)
+    assert await types_of(engine, snap.id) == [
+        "execution.created", "execution.queued", "execution.started"
+    ]
+    keys = engine.store.keys
+    assert await engine.redis.smembers(keys.worker_running(WORKER)) == {snap.id.encode()}
+    assert await engine.redis.zscore(keys.running, snap.id) is not None
+    assert await engine.redis.zscore(keys.queued, snap.id) is None
+    assert (await take(engine)).taken == []
+
+
+async def test_a_batch_takes_at_most_its_count_oldest_first_and_says_what_is_left(
+    engine: Engine,
+) -> None:
+    ids = [(await engine.start("tests.noop", {})).id for _ in range(5)]
+    first = await take(engine, count=3)
+    assert [t.execution_id for t in first.taken] == ids[:3]
+    assert first.next_due_ms is not None  # due work left: the worker takes again at once
+    rest = await take(engine, count=3)
+    assert [t.execution_id for t in rest.taken] == ids[3:]
+    assert rest.next_due_ms is None
+
+
+async def test_the_worker_only_input_comes_with_the_take(engine: Engine) -> None:
+    await engine.start("tests.login", {"user": "ada", "token": "s3cret"})
+    (taken,) = (await take(engine)).taken
+    assert taken.secret is not None and b"s3cret" in taken.secret
 
 
 async def test_a_stale_entry_is_dropped_and_a_deferred_one_is_not_taken(engine: Engine) -> None:
     queue = engine.store.keys.queue
-    await engine.redis.zadd(queue, {"forgotten": 1000, "later": time.time() * 1000 + 60_000})
-    assert await take(engine, "forgotten") is None  # no execution behind it: dropped
-    assert await take(engine, "later") is None  # not due yet: left where it is
+    later = time.time() * 1000 + 60_000
+    await engine.redis.zadd(queue, {"forgotten": 1000, "later": later})
+    took = await take(engine)
+    assert took.taken == []  # no execution behind "forgotten": dropped
+    assert took.next_due_ms == pytest.approx(later)  # the worker sleeps until then
     assert await queue_of(engine) == ["later"]
 
 
-async def test_every_way_to_end_leaves_nothing_of_the_job_behind(
+async def test_a_take_sent_again_answers_what_its_first_send_started(engine: Engine) -> None:
+    """The answer of a take lost (a broken connection): the same call, with its token,
+    answers the same executions and takes nothing more, so none is stranded running."""
+    ids = [(await engine.start("tests.noop", {})).id for _ in range(2)]
+    token = engine.store.next_token()
+    first = await take(engine, count=2, token=token)
+    late = (await engine.start("tests.noop", {})).id
+    again = await take(engine, count=2, token=token)
+    assert [t.execution_id for t in again.taken] == [t.execution_id for t in first.taken] == ids
+    assert await queue_of(engine) == [late]
+    # One ended meanwhile (the sweeper's, say): no longer this worker's, not answered again.
+    await engine.store.append(ids[0], [("execution.completed", b'{"output":{}}')])
+    assert [t.execution_id for t in (await take(engine, token=token)).taken] == [ids[1]]
+    assert [t.execution_id for t in (await take(engine)).taken] == [late]
+
+
+async def test_a_worker_whose_lease_lapsed_takes_nothing(engine: Engine) -> None:
+    snap = await engine.start("tests.noop", {})
+    await engine.redis.delete(engine.store.keys.lease(WORKER))
+    took = await engine.store.take(WORKER, 10, engine.store.next_token())
+    assert took.lapsed and took.taken == []
+    assert await queue_of(engine) == [snap.id]
+    assert (await engine.get(snap.id)).state == "queued"
+
+
+async def test_every_way_to_end_leaves_nothing_of_the_execution_in_the_queue(
     engine: Engine, worker: Any
 ) -> None:
     done = await engine.start("tests.noop", {})
     cancelled = await engine.start("tests.sleepy", {"seconds": 30})
     await engine.wait(done.id, 10_000)
+    await until(lambda: _is_running(engine, cancelled.id))
     await engine.cancel(cancelled.id)
     await engine.wait(cancelled.id, 10_000)
     never_ran = (await engine.start("tests.noop", {})).id
     await engine.cancel(never_ran)
-    await asyncio.sleep(0.2)  # arq's own finish after the terminal event
     keys = engine.store.keys
-    for xid in (done.id, cancelled.id, never_ran):
-        for key in (keys.job(xid), keys.in_progress(xid)):
-            assert not await engine.redis.exists(key), key
     assert await queue_of(engine) == []
-    assert await engine.redis.zcard(keys.taken) == 0
+    for xid in (done.id, cancelled.id, never_ran):
+        assert await engine.redis.zscore(keys.queued, xid) is None
+        assert await engine.redis.zscore(keys.running, xid) is None
+        assert await engine.redis.zscore(keys.finished, xid) is not None
     runtime = worker.ctx["majordomus"]
     assert await engine.redis.scard(keys.worker_running(runtime.worker_id)) == 0
 
@@ -79,9 +137,7 @@ async def test_a_new_start_is_picked_up_with_thousands_running_or_ended_ahead_of
     async with running_worker(redis, settings):
         empty = [await _pickup_ms(engine) for _ in range(20)]
     ids = [(await engine.start("tests.sleepy", {"seconds": 30})).id for _ in range(200)]
-    for xid in ids[:100]:
-        await take(engine, xid)
-        await engine.store.claim(xid, busy)
+    await take(engine, count=100, worker=busy)
     for xid in ids[100:]:
         await engine.cancel(xid)
     # The other 9,900 as a bulk of running entries of that worker: the scripts' layout.
@@ -176,44 +232,33 @@ async def test_a_slot_freed_moves_the_oldest_waiting_execution_into_the_queue(
 ) -> None:
     first = await engine.start("tests.serial", {"seconds": 1})
     second = await engine.start("tests.serial", {"seconds": 1})
-    third = await engine.start("tests.serial", {"seconds": 1})
-    assert isinstance(await take(engine, first.id), Taken)
-    assert await take(engine, second.id) == WAITING
-    assert await take(engine, third.id) == WAITING
-    await engine.store.claim(first.id, "w")
+    await engine.start("tests.serial", {"seconds": 1})
+    took = await take(engine, count=3)
+    assert [t.execution_id for t in took.taken] == [first.id]  # the others wait for the slot
+    assert await queue_of(engine) == []
+    assert await engine.store.waiting_count("tests.serial") == 2
     await engine.store.append(first.id, [("execution.completed", b'{"output":{"seconds":1}}')])
     # its terminal event freed the slot ...
     assert await queue_of(engine) == [second.id]  # ... and the oldest waiting one is back
     assert await engine.store.waiting_count("tests.serial") == 1
 
 
-async def test_a_job_taken_by_a_worker_that_died_before_starting_it_goes_back(
-    engine: Engine,
-) -> None:
-    snap = await engine.start("tests.noop", {})
-    assert isinstance(await take(engine, snap.id), Taken)  # ... and the taker dies here
-    assert await queue_of(engine) == []
-    assert await engine.store.requeue_taken(60_000) == 0  # not a lease old yet
-    await asyncio.sleep(0.05)
-    assert await engine.store.requeue_taken(10) == 1
-    assert await queue_of(engine) == [snap.id]
-    assert isinstance(await take(engine, snap.id), Taken)  # any worker can take it again
-
-
-async def test_a_take_cut_short_by_redis_gives_the_job_slot_back(worker: Any) -> None:
+async def test_a_take_cut_short_by_redis_keeps_the_slots_and_its_token(worker: Any) -> None:
     runtime = worker.ctx["majordomus"]
-    free = (worker.job_counter, worker.sem._value)
+    free = worker.job_counter
+    tokens: list[str] = []
 
-    async def away(*_: Any) -> None:
+    async def away(worker_id: str, count: int, token: str) -> None:
+        tokens.append(token)
         raise ConnectionError("Redis went away")
 
-    runtime.store.take_job = away
+    runtime.store.take = away
     try:
-        await worker.start_jobs([b"x-1"])
-    except ConnectionError:
-        pass
-    else:
-        raise AssertionError("the failure of the take reaches the poll loop, which retries")
+        for _ in range(2):
+            with pytest.raises(ConnectionError):
+                await worker._poll_iteration()
     finally:
-        del runtime.store.take_job
-    assert (worker.job_counter, worker.sem._value) == free
+        del runtime.store.take
+    assert worker.job_counter == free
+    # The next poll sends the lost take again: its answer, if it was carried out, comes back.
+    assert len(tokens) == 2 and tokens[0] == tokens[1]

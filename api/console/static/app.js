@@ -17,7 +17,10 @@ const LIST_BOUND = 200;           // executions.list answers at most this many, 
 const LOG_ROWS = 250;             // log lines kept on the page (the oldest go; all are in the pages)
 const TAIL_ROWS = 100;            // live events kept in the table (layout per frame grows with it)
 const EVENTS_PAGE = 100;          // events per page when paging by cursor
-const QUEUE_POLL_MS = 1000;
+const QUEUE_SAFETY_MS = 10000;    // the queue report is read at least this often (beats are not events)
+const READ_GAP_MS = 300;          // ...and at most once in this long, however many events arrive
+const QUEUE_CHANGES = new Set(["execution.created", "execution.queued", "execution.started",
+  "execution.cancelling", ...TERMINAL]);
 const RETAINED = 500;             // events an execution keeps (SPEC 4: the stream's cap)
 
 const main = document.getElementById("main");
@@ -551,25 +554,38 @@ function queuePage() {
   main.append(el("h1", {text: "Queue and workers"}), taken,
     section("Backlog", backlog.wrap), section("Running, by worker", running), section("Workers", workers.wrap),
     section("Recent failures and cancellations", codes, failures.wrap));
+  // The report's ages as of its reading; `tick` moves them on each second, with no fetch.
+  let ages = [], readAt = 0, lease = Infinity;
+  const age = (seconds, suffix, worker, tag = "td") => {
+    const cell = el(tag, {class: "age", text: seconds.toFixed(1) + suffix});
+    ages.push({cell, seconds, suffix, worker});
+    return cell;
+  };
   const fill = (body, rows, cols, none) =>
     body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", {colspan: cols, class: "muted", text: none}))]));
   const executionLink = (id) => link("/executions/" + id, id, {class: "mono"});
   const backlogRow = (g) => el("tr", {"data-capability": g.capability},
     el("td", {text: g.capability}), el("td", {text: String(g.count)}),
-    el("td", {text: g.oldest_wait_seconds.toFixed(1) + " s"}), el("td", {}, executionLink(g.oldest)));
-  const runningItem = (r) => el("li", {}, executionLink(r.id), el("span", {text: ` ${r.capability} `}), badge(r.state),
-    el("span", {text: r.running_seconds !== undefined ? ` ${r.running_seconds.toFixed(1)} s ` : " "}), meter(r.progress));
+    age(g.oldest_wait_seconds, " s"), el("td", {}, executionLink(g.oldest)));
+  const runningItem = (r) => el("li", {"data-id": r.id}, executionLink(r.id), el("span", {text: ` ${r.capability} `}),
+    el("span", {class: "c-state"}, badge(r.state)),
+    el("span", {text: " "}), r.running_seconds !== undefined ? age(r.running_seconds, " s", null, "span") : null,
+    el("span", {text: " "}),
+    el("span", {class: "c-progress"}, meter(r.progress)));
   const workerStatus = (w) => w.silent ? el("span", {class: "state state-failed", text: "silent"})
     : !w.accepting ? el("span", {class: "state state-cancelling", text: "draining"})
     : el("span", {class: "state state-succeeded", text: "beating"});
   const workerRow = (w) => el("tr", {"data-worker": w.id, "data-pid": w.pid, class: w.silent ? "silent" : ""},
     el("td", {class: "mono", text: w.id}), el("td", {text: w.host}), el("td", {text: String(w.pid)}),
-    el("td", {text: String(w.running)}), el("td", {text: w.seconds_since_beat.toFixed(1) + " s ago"}),
+    el("td", {text: String(w.running)}), age(w.seconds_since_beat, " s ago", w.silent ? null : w),
     el("td", {}, workerStatus(w)));
   const failureRow = (f) => el("tr", {"data-code": f.code},
     el("td", {}, executionLink(f.id)), el("td", {text: f.capability}), el("td", {}, el("code", {text: f.code})),
     el("td", {text: f.message + (f.suggestion ? " (" + f.suggestion + ")" : "")}), el("td", {}, time(f.finished_at)));
   function render(q) {
+    ages = [];
+    readAt = performance.now();
+    lease = q.lease_seconds;
     taken.textContent = `As of ${clock(q.taken_at)}: ${q.queued} queued, ${q.running} running; ` +
       `a worker is silent after ${q.lease_seconds} s without a beat.`;
     setCounts(q.queued + q.running, q.queued);
@@ -591,15 +607,77 @@ function queuePage() {
     fill(failures.body, q.recent_failures.map(failureRow), 5, "No recent failure.");
     main.dataset.loaded = "true";
   }
-  let stopped = false, timer = null, controller = null;
-  async function poll() {
+  function tick() {
+    const since = (performance.now() - readAt) / 1000;
+    let overdue = false;
+    for (const a of ages) {
+      const now = a.seconds + since;
+      a.cell.textContent = now.toFixed(1) + a.suffix;
+      // A beat this late would make its worker silent: read the report to know whether it came.
+      if (a.worker && now > lease && !a.asked) { a.asked = true; overdue = true; }
+    }
+    if (overdue) readSoon();
+  }
+
+  // The report is read when the live channel says something that can change it happened
+  // (an execution created, queued, started, cancelling or ended), at most once per READ_GAP_MS however
+  // many arrive; again on every (re)connect, since what happened while cut is unknown; and
+  // every QUEUE_SAFETY_MS regardless, since a worker's beats and arrival are not events.
+  let stopped = false, controller = null, reading = false, again = false, lastRead = -Infinity;
+  let soonTimer = null, safetyTimer = null;
+  async function read() {
+    soonTimer = null;
+    if (reading) { again = true; return; }
+    reading = true;
+    again = false;
+    lastRead = performance.now();
+    clearTimeout(safetyTimer);
     controller = new AbortController();
     try { render(await call("/api/v1/queue", {signal: controller.signal})); }
-    catch (e) { if (e.name === "AbortError") return; taken.replaceChildren(problem(e)); if (e.needsToken) return; }
-    if (!stopped) timer = setTimeout(poll, QUEUE_POLL_MS);
+    catch (e) { if (e.name === "AbortError") return; taken.replaceChildren(problem(e)); if (e.needsToken) { stopped = true; return; } }
+    finally { reading = false; }
+    if (stopped) return;
+    safetyTimer = setTimeout(read, QUEUE_SAFETY_MS);
+    if (again) readSoon();
   }
-  poll();
-  return () => { stopped = true; clearTimeout(timer); if (controller) controller.abort(); };
+  function readSoon() {
+    if (stopped || soonTimer) return;
+    if (reading) { again = true; return; }
+    soonTimer = setTimeout(read, Math.max(0, READ_GAP_MS - (performance.now() - lastRead)));
+  }
+  const apply = every((items) => {
+    let reread = false;
+    const progress = new Map();
+    for (const ev of items) {
+      if (QUEUE_CHANGES.has(ev.type)) reread = true;
+      else if (ev.type === "execution.progress") progress.set(ev.execution_id, ev.data);
+    }
+    // Progress moves in place, the latest of a frame: 1,000 reports a second cost no read.
+    for (const [id, p] of progress) {
+      const slot = running.querySelector(`li[data-id="${id}"] .c-progress`);
+      if (slot) slot.replaceChildren(meter(p));
+    }
+    if (reread) readSoon();
+  });
+  let connected = false;
+  const live = follow("/events", {
+    message: (type, data) => { if (!type.startsWith("stream.")) apply(data); },
+    state: (s) => {
+      main.dataset.live = s;
+      if (s === "live" && connected) readSoon();
+      if (s === "live") connected = true;
+    },
+  });
+  read();
+  const ticker = setInterval(tick, 1000);
+  return () => {
+    stopped = true;
+    live.stop();
+    clearInterval(ticker);
+    clearTimeout(soonTimer);
+    clearTimeout(safetyTimer);
+    if (controller) controller.abort();
+  };
 }
 
 // -- start ------------------------------------------------------------------------------

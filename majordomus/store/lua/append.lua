@@ -4,11 +4,12 @@
 -- is refused (an illegal move, or anything after a final state) stops the batch and
 -- consumes no sequence.
 --
--- The claim (`execution.started`) adds the execution to its worker's running set and
--- takes it off the taken set; the terminal event removes every trace of it from the queue
--- in the same step: its queue entry, arq's job and in-progress mark, its place in
--- the taken set, the waiting list and its worker's running set, and frees its concurrency
--- slot, moving the oldest waiting execution of its capability back into the queue.
+-- A claim (`execution.started`, which workers write through `take.lua`; an append of it
+-- is the same move) adds the execution to its worker's running set; the terminal event
+-- removes every trace of it from the queue in the same step: its queue entry (a queued
+-- one's), the waiting list, its worker's running set and its worker-only input, and frees
+-- its concurrency slot, moving the oldest waiting execution of its capability back into
+-- the queue.
 -- Snapshot `steps` keep the first `steps_max`; later ones are counted in `steps_dropped`.
 --
 -- A worker's appends carry a token, kept with what the append did: the same call sent
@@ -16,14 +17,15 @@
 -- been applied with its answer lost) is answered as the first was and changes nothing, so
 -- no event is doubled and a claim is not refused by its own first half.
 --
--- KEYS: snapshot, events, feed, idx:queued, idx:running, idx:finished, secret input,
---       arq queue, arq job, arq in-progress, the taken set
+-- KEYS: snapshot, events, feed, idx:queued, idx:running, idx:finished, secret input, queue
 -- ARGV: id, timestamp, now_ms, retain_seconds, feed_max, worker, cancel_channel,
 --       stream_max, n, read_secret ('1': answer the worker-only input too, for a claim),
 --       key prefix, wake channel, steps_max, token ('' for none),
 --       lapsed ('' for none: else a worker's lease key; nothing is appended while it exists),
 --       then n pairs (type, data JSON or '')
-local TRANSITIONS = --@TRANSITIONS@
+-- The one table of moves (`from>to`, and `state!` for a final state) and the state each
+-- state-changing event type moves to (`type=state`), from majordomus.states.
+local MOVES = --@MOVES@
 local STATE_OF = --@STATE_OF@
 
 local snap, stream, feed = KEYS[1], KEYS[2], KEYS[3]
@@ -35,7 +37,7 @@ local lapsed = ARGV[15]
 local FIRST = 15  -- the ARGV index after which the (type, data) pairs begin
 
 local cur = redis.call('HMGET', snap, 'state', 'last_seq', 'steps', 'diagnostics', 'diag_count',
-  'capability', 'conc_limit', 'worker', 'steps_dropped', 'append_token')
+  'capability', 'conc_limit', 'worker', 'steps_dropped', 'append_token', 'started_ms')
 local state = cur[1]
 if not state then return {-1, 0, '', 0} end
 -- The sweeper fails a lost worker's execution only while that worker's lease is lapsed: one
@@ -53,11 +55,17 @@ local seq = tonumber(cur[2])
 local steps_json, diags, diag_count = cur[3], cur[4], tonumber(cur[5])
 local capability, conc_limit, owner = cur[6], tonumber(cur[7] or '0') or 0, cur[8]
 local steps_dropped = tonumber(cur[9] or '0') or 0
+local changed_started = nil  -- started_ms of a claim in this very batch
 local steps = nil
 local changed = {}
 local applied = 0
 
-local function is_final(s) return next(TRANSITIONS[s]) == nil end
+local function is_final(s) return string.find(MOVES, ' ' .. s .. '! ', 1, true) ~= nil end
+local function target_of(t)
+  local _, e = string.find(STATE_OF, ' ' .. t .. '=', 1, true)
+  if not e then return nil end
+  return string.match(STATE_OF, '^[^ ]+', e + 1)
+end
 -- The parts of every envelope that do not change within the batch, joined once.
 local head_id = '{"schema_version":"1","event_id":"' .. id .. '#'
 local head_exec = '","execution_id":"' .. id .. '","sequence":'
@@ -67,8 +75,9 @@ local progress = nil
 for i = 1, n do
   local t, d = ARGV[FIRST - 1 + 2 * i], ARGV[FIRST + 2 * i]
   if is_final(state) then break end
-  local target = STATE_OF[t]
-  if target and not TRANSITIONS[state][target] then break end
+  local target = target_of(t)
+  if target and not string.find(MOVES, ' ' .. state .. '>' .. target .. ' ', 1, true) then break end
+  local from = state
   seq = seq + 1
   local sq = tostring(seq)
   local env
@@ -86,14 +95,15 @@ for i = 1, n do
       redis.call('HINCRBY', snap, 'attempt', 1)
       changed[#changed + 1] = 'started_at'; changed[#changed + 1] = ts
       changed[#changed + 1] = 'started_ms'; changed[#changed + 1] = now
+      changed_started = now
       if worker ~= '' then
         changed[#changed + 1] = 'worker'; changed[#changed + 1] = worker
         owner = worker
         redis.call('SADD', prefix .. ':worker:' .. worker .. ':running', id)
       end
       redis.call('ZREM', KEYS[4], id)
+      redis.call('ZREM', KEYS[8], id)  -- claimed by an append, not take.lua: its entry goes too
       redis.call('ZADD', KEYS[5], now, id)
-      redis.call('ZREM', KEYS[11], id)
     elseif t == 'execution.cancelling' then
       redis.call('PUBLISH', cancel_channel, id)
     else
@@ -108,16 +118,18 @@ for i = 1, n do
           '"correlation_id":"' .. id .. '"}'
       end
       changed[#changed + 1] = 'finished_at'; changed[#changed + 1] = ts
-      local started = redis.call('HGET', snap, 'started_ms')
+      local started = cur[11] or changed_started
       if started then
         changed[#changed + 1] = 'duration_ms'; changed[#changed + 1] = now - tonumber(started)
       end
-      redis.call('ZREM', KEYS[4], id)
-      redis.call('ZREM', KEYS[5], id)
+      if from == 'queued' then  -- never taken: it is still in the queue
+        redis.call('ZREM', KEYS[4], id)
+        redis.call('ZREM', KEYS[8], id)
+      else
+        redis.call('ZREM', KEYS[5], id)
+      end
       redis.call('ZADD', KEYS[6], now, id)
-      redis.call('DEL', KEYS[7], KEYS[9], KEYS[10])
-      redis.call('ZREM', KEYS[8], id)
-      redis.call('ZREM', KEYS[11], id)
+      redis.call('DEL', KEYS[7])
       if owner then redis.call('SREM', prefix .. ':worker:' .. owner .. ':running', id) end
       if conc_limit > 0 then
         -- Free the slot and move the oldest waiting ones back into the queue (as

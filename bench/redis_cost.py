@@ -1,0 +1,164 @@
+"""Redis cost: the Redis CPU and the round trips one no-op execution costs, start to final.
+
+On a redis-server of the run's own (so nothing else is counted), N `bench.noop`
+executions are enqueued first, then one worker (`max_jobs` 10) drains them. Redis CPU is
+the server's own `used_cpu_user + used_cpu_sys` (`INFO cpu`) over each phase, divided by
+N: the enqueue (`create.lua`: the snapshot, both first events, the indexes, the queue
+entry) and the drain (the take, `take.lua`, which starts a batch at once; the terminal
+event; everything the worker does meanwhile). Round trips are counted in a second,
+smaller pass with `MONITOR`, one execution at a time (started, then waited for, so the
+take batches nothing: the worst case): every command a client sent (the commands a script
+runs inside are shown as the script's and not counted), by command, per execution, the
+worker's beats and sweeps over the pass included.
+
+The baseline is plain redis-py doing the least an execution's record could be: one
+pipelined `HSET` of a snapshot and one `XADD` per lifecycle event (four), no index, no
+queue, no feed, no script, per execution, on the same server, in the same run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from bench.harness import Bench, Row, children, majordomus_worker, wait_for_workers
+from majordomus.store.embedded import EmbeddedRedis
+
+CPU_GOAL_US = 150.0
+MAX_JOBS = 10
+ENQUEUERS = 16
+
+
+async def run(bench: Bench) -> list[Row]:
+    n = bench.size(10_000, 300)
+    traced = bench.size(300, 50)
+    with EmbeddedRedis() as server:
+        own = Bench(server.url, bench.quick, bench.workdir, bench.prefix)
+        create_us, drain_us = await _cpu(own, n)
+        baseline_us = await _baseline_cpu(own, n)
+        trips = await _round_trips(own, traced)
+    per_exec = sum(trips.values()) / traced
+    shown = ", ".join(f"{name} {count / traced:.2f}" for name, count in trips.most_common())
+    bench.note(f"redis cost: round trips per execution by command: {shown}.")
+    bench.note(
+        f"redis cost: Redis CPU per execution {create_us:.0f} us to start it and "
+        f"{drain_us:.0f} us to take, run and end it ({n} enqueued first, then drained by "
+        f"one worker of max_jobs {MAX_JOBS}, on a redis-server of the run's own)."
+    )
+    return [
+        Row(
+            "redis_cost",
+            "Redis CPU per no-op execution, start to final",
+            create_us + drain_us,
+            " us",
+            baseline=baseline_us,
+            baseline_name="a bare HSET + 4 XADD per execution, pipelined",
+            goal=f"<= {CPU_GOAL_US:.0f} us",
+            met=create_us + drain_us <= CPU_GOAL_US,
+            higher_is_better=False,
+        ),
+        Row(
+            "redis_cost",
+            "round trips per no-op execution (all clients)",
+            per_exec,
+            "",
+            goal="start + take batch + end",
+            higher_is_better=False,
+        ),
+    ]
+
+
+async def _server_cpu(redis: Any) -> float:
+    info = await redis.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def _cpu(bench: Bench, n: int) -> tuple[float, float]:
+    """(Redis CPU us per execution to start it, to take, run and end it)."""
+    await bench.flush()
+    redis = aioredis.from_url(bench.redis_url)
+    try:
+        async with bench.engine() as engine:
+            left = n
+            before = await _server_cpu(redis)
+
+            async def enqueuer() -> None:
+                nonlocal left
+                while left > 0:
+                    left -= 1
+                    await engine.start("bench.noop", {})
+
+            await asyncio.gather(*(enqueuer() for _ in range(ENQUEUERS)))
+            created = await _server_cpu(redis) - before
+            with children() as kids:
+                kids.append(majordomus_worker(bench, MAX_JOBS))
+                await wait_for_workers(bench, 1)
+                before = await _server_cpu(redis)
+                while int(await redis.zcard(engine.store.keys.finished)) < n:
+                    if not kids[0].alive():
+                        raise RuntimeError(f"the worker died:\n{kids[0].log()[-1500:]}")
+                    await asyncio.sleep(0.01)
+                drained = await _server_cpu(redis) - before
+    finally:
+        await redis.aclose()
+    return created / n * 1e6, drained / n * 1e6
+
+
+async def _baseline_cpu(bench: Bench, n: int) -> float:
+    await bench.flush()
+    redis = aioredis.from_url(bench.redis_url)
+    try:
+        before = await _server_cpu(redis)
+        for start in range(0, n, 100):
+            async with redis.pipeline(transaction=False) as pipe:
+                for i in range(start, min(n, start + 100)):
+                    pipe.hset(f"raw:{i}", mapping={"state": "queued", "capability": "noop"})
+                    for seq in range(1, 5):
+                        pipe.xadd(f"raw:{i}:events", {"e": "x" * 200}, id=f"{seq}-0")
+                await pipe.execute()
+        return (await _server_cpu(redis) - before) / n * 1e6
+    finally:
+        await redis.aclose()
+
+
+async def _round_trips(bench: Bench, n: int) -> Counter[str]:
+    """Every command clients sent while `n` executions ran one after the other, by name
+    (MONITOR shows a script's own commands as the script's, `lua`: not counted)."""
+    await bench.flush()
+    sent: Counter[str] = Counter()
+    watcher = aioredis.from_url(bench.redis_url)
+    with children() as kids:
+        kids.append(majordomus_worker(bench, MAX_JOBS))
+        await wait_for_workers(bench, 1)
+        async with bench.engine() as engine:
+            monitor = watcher.monitor()
+            async with monitor as m:
+                ready = asyncio.Event()
+
+                async def count() -> None:
+                    ready.set()
+                    async for command in m.listen():
+                        if command.get("client_type") == "lua":
+                            continue
+                        name = str(command.get("command", "")).split(" ", 1)[0].upper()
+                        sent[name] += 1
+
+                counter = asyncio.create_task(count())
+                await ready.wait()
+                finished = engine.store.keys.finished
+                for done in range(1, n + 1):
+                    await engine.start("bench.noop", {})
+                    while int(await watcher.zcard(finished)) < done:
+                        await asyncio.sleep(0.001)
+                counter.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await counter
+    await watcher.aclose()
+    # Not an execution's: the bench's own look for the end (ZCARD), the connections' set-up.
+    for own in ("ZCARD", "CLIENT", "SELECT", "HELLO", "MONITOR", "INFO", "PING"):
+        sent.pop(own, None)
+    return sent

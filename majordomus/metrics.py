@@ -1,0 +1,265 @@
+"""What a process tells Prometheus: the metric objects, and how one scrape is answered.
+
+Two kinds of figures, kept apart because they come from different places:
+
+- **Counted in this process** (`METRICS`, one `Metrics` for the whole process): executions
+  started (where `Engine.start` creates one), executions finished and their durations
+  (where this process wrote the terminal event: the worker that ran it, or the engine that
+  cancelled it while queued), executions failed by this process's sweeper, events appended,
+  and each background loop's Redis failures and recoveries (`majordomus.loops.Failures`).
+  Each process counts its own; Prometheus adds them up across processes, so every API and
+  every worker is a target of its own (`GET /metrics` on the API, `MAJORDOMUS_METRICS_PORT`
+  on a worker, `majordomus.cli.processes`).
+- **Read at scrape time** (`cluster_families`): the queue depth and the oldest wait by
+  capability, the executions running by capability and the workers alive, read from Redis
+  through the queue report that `queue.show` answers (`majordomus.reports`), bounded by
+  `SCRAPE_REDIS_SECONDS`, and the live listeners of the API process asking. These are the
+  cluster's, not the process's: every API process reports the same values (take `max`, or
+  scrape one API). Workers do not report them.
+
+Decisions:
+
+- The metrics live in a `CollectorRegistry` of majordomus's own, not prometheus_client's
+  global default: nothing another library registers there shows up as ours, and the README
+  can list every name a scrape answers (`tests/api/test_metrics.py` checks it). It is one
+  registry per process rather than one per engine because the figures are the process's:
+  `majordomus dev` (an API and a worker in one process) answers both sides' counters on one
+  `/metrics`, and several engines in one process (the tests) count into the same metrics
+  without clashing over names. Tests compare differences, never absolute values.
+- `_created` series are off (`disable_created_metrics`, for the whole process): they
+  double the exposition and say only when the process started.
+- An execution is counted finished by the process that wrote its terminal event, so no
+  two processes count one. The sweeper's are apart (`majordomus_executions_swept_total`,
+  no capability label: its one append reads nothing back), and so is an execution whose
+  capability no worker has (it never ran).
+- A scrape of the API costs what `queue.show` costs (the queue's ids and their
+  capabilities, the running set, the workers, the recent failures): one report per scrape
+  interval is noise beside a worker's own traffic, and it keeps one definition of "queued"
+  and "silent" for the console, the CLI and Prometheus alike.
+- A scrape never fails because Redis does: the cluster read that failed or ran out of time
+  is left out, `majordomus_redis_up` says 0, and the in-process figures are answered as
+  always. Nothing of the failure reaches the client but that 0 (the log has it, at most
+  once per `SCRAPE_FAILURE_LOG_EVERY_SECONDS`).
+- Labels are bounded: `capability` is a declared capability id (or `?` for a queue entry
+  whose snapshot is gone), `state` a final state, `loop` the name of a background loop.
+
+This module names no Redis command (the reports read through the engine). The API answers
+`GET /metrics` with `exposition` (`api/app.py`); a worker's port is prometheus_client's own
+small threaded server (`serve_metrics`), started by `majordomus worker` before the worker
+runs, so a scrape is answered even while the worker's event loop is busy.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter as Tally
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+    start_http_server,
+)
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from majordomus.reports import QueueReport, queue_report
+
+if TYPE_CHECKING:
+    from majordomus.engine import Engine
+
+log = logging.getLogger("majordomus.metrics")
+
+disable_created_metrics()
+
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+"""The exposition format answered: Prometheus' text format 0.0.4."""
+
+SCRAPE_REDIS_SECONDS = 2.0
+"""How long a scrape waits for the cluster's figures from Redis before it answers without
+them (`majordomus_redis_up 0`): well within Prometheus' default 10 s scrape timeout."""
+
+SCRAPE_FAILURE_LOG_EVERY_SECONDS = 60.0
+"""How often a scrape that cannot read Redis says so in the log, at most."""
+
+DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+"""Seconds: an execution lasts from milliseconds (a quick handler) to hours."""
+
+
+class Metrics:
+    """The metrics counted in one process, in a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.started = Counter(
+            "majordomus_executions_started",
+            "Executions created by this process, by capability.",
+            ["capability"],
+            registry=r,
+        )
+        self.finished = Counter(
+            "majordomus_executions_finished",
+            "Executions whose terminal event this process wrote, by capability and final state.",
+            ["capability", "state"],
+            registry=r,
+        )
+        self.duration = Histogram(
+            "majordomus_execution_duration_seconds",
+            "How long executions run on this worker, from its claim to its terminal event.",
+            ["capability"],
+            buckets=DURATION_BUCKETS,
+            registry=r,
+        )
+        self.swept = Counter(
+            "majordomus_executions_swept",
+            "Executions this process's sweeper failed because their worker stopped.",
+            registry=r,
+        )
+        self.events = Counter(
+            "majordomus_events_appended",
+            "Execution events this process appended (reports, state moves, terminal events).",
+            registry=r,
+        )
+        self.redis_errors = Counter(
+            "majordomus_redis_errors",
+            "Failed attempts of a background loop because Redis was unreachable or refused.",
+            ["loop"],
+            registry=r,
+        )
+        self.redis_reconnects = Counter(
+            "majordomus_redis_reconnects",
+            "Times a background loop worked again after failures.",
+            ["loop"],
+            registry=r,
+        )
+
+    def execution_started(self, capability: str) -> None:
+        self.started.labels(capability).inc()
+
+    def execution_finished(self, capability: str, state: str, seconds: float | None = None) -> None:
+        """A terminal event this process wrote; `seconds`: how long it ran here (a worker's
+        run; None for one that never ran, cancelled while queued)."""
+        self.finished.labels(capability, state).inc()
+        if seconds is not None:
+            self.duration.labels(capability).observe(max(0.0, seconds))
+
+    def events_appended(self, count: int) -> None:
+        if count > 0:
+            self.events.inc(count)
+
+
+METRICS = Metrics()
+"""The process's metrics."""
+
+
+# -- one scrape --------------------------------------------------------------------------------
+
+
+def serve_metrics(host: str, port: int) -> Any:
+    """Serve this process's metrics on `host:port` (any path; a thread of its own) until
+    the process ends; the server, or `OSError` when the port cannot be bound."""
+    server, _ = start_http_server(port, addr=host, registry=METRICS.registry)
+    return server
+
+
+class _Families(Collector):
+    """Metric families gathered for one scrape, then exposed with the process's."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = list(families)
+
+    def collect(self) -> Iterable[Metric]:
+        yield from METRICS.registry.collect()
+        yield from self.families
+
+
+def exposition(families: Iterable[Metric] = ()) -> bytes:
+    """The process's metrics and `families`, in the text format (`CONTENT_TYPE`)."""
+    return generate_latest(_Families(families))
+
+
+_said_at = 0.0
+"""When a failed scrape read was last said in the log (`time.monotonic()`)."""
+
+
+async def cluster_families(engine: Engine, listeners: int | None = None) -> list[Metric]:
+    """The figures read at scrape time: the queue, the running executions and the workers
+    from Redis (within `SCRAPE_REDIS_SECONDS`), `majordomus_redis_up` saying whether that
+    read worked, and, for an API process, its live listeners."""
+    from majordomus.loops import within  # loops counts its failures here: imported late
+
+    families: list[Metric] = []
+    if listeners is not None:
+        families.append(
+            GaugeMetricFamily(
+                "majordomus_live_listeners",
+                "Live-channel listeners and long polls this API process is feeding now.",
+                value=listeners,
+            )
+        )
+    read: list[QueueReport] = []
+
+    async def read_report() -> None:
+        read.append(await queue_report(engine))
+
+    failure: BaseException | None = None
+    try:
+        if not await within(SCRAPE_REDIS_SECONDS, read_report()):
+            failure = TimeoutError(f"no answer within {SCRAPE_REDIS_SECONDS:g}s")
+    except Exception as exc:  # noqa: BLE001  a scrape answers what it has, whatever Redis does
+        failure = exc
+    up = GaugeMetricFamily(
+        "majordomus_redis_up",
+        "1 when this scrape read the queue and the workers from Redis, else 0.",
+        value=0 if failure is not None or not read else 1,
+    )
+    families.append(up)
+    if failure is not None or not read:
+        _say_unread(failure)
+        return families
+    return families + _report_families(read[0])
+
+
+def _say_unread(failure: BaseException | None) -> None:
+    global _said_at
+    now = time.monotonic()
+    if _said_at and now - _said_at < SCRAPE_FAILURE_LOG_EVERY_SECONDS:
+        return
+    _said_at = now
+    log.warning("a metrics scrape could not read the queue from Redis: %s", failure)
+
+
+def _report_families(report: QueueReport) -> list[Metric]:
+    depth = GaugeMetricFamily(
+        "majordomus_queue_depth",
+        "Executions queued (waiting for a worker), by capability.",
+        labels=["capability"],
+    )
+    oldest = GaugeMetricFamily(
+        "majordomus_queue_oldest_wait_seconds",
+        "How long the oldest queued execution of each capability has waited.",
+        labels=["capability"],
+    )
+    for group in report.queued_by_capability:
+        depth.add_metric([group.capability], group.count)
+        oldest.add_metric([group.capability], group.oldest_wait_seconds)
+    running = GaugeMetricFamily(
+        "majordomus_executions_running",
+        "Executions held by a worker now (running or cancelling), by capability.",
+        labels=["capability"],
+    )
+    for capability, count in sorted(Tally(r.capability for r in report.running_executions).items()):
+        running.add_metric([capability], count)
+    alive = GaugeMetricFamily(
+        "majordomus_workers_alive",
+        "Workers that beat within the lease (silent ones are not counted).",
+        value=sum(1 for w in report.workers if not w.silent),
+    )
+    return [depth, oldest, running, alive]

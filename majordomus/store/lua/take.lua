@@ -1,0 +1,123 @@
+-- Take up to `count` due executions off the queue and start them on this worker, in one
+-- atomic step: the poll, the take and the claim of every one of them (`execution.started`,
+-- its worker, its attempt, the indexes, the worker's running set, its worker-only input)
+-- are one call, so a busy worker makes one round trip per batch of starts, and no
+-- execution is ever taken without being started (nothing lies between the two for a
+-- dying worker to strand). The queue holds only work that can run: an entry whose
+-- execution is no longer queued (final, or forgotten) is dropped, and one held back by
+-- its capability's `max_concurrency` moves to the capability's waiting list (out of the
+-- queue, costing no worker and no traffic) until a slot holder's terminal event moves the
+-- oldest back (append.lua). Times of due and slots are the server's (`TIME`).
+--
+-- A worker whose lease has lapsed takes nothing (the sweeper fails what a lapsed worker
+-- runs): it answers 'lapsed', and the worker beats first.
+--
+-- The same call sent again (its answer lost to a broken connection, and redis-py's retry,
+-- or the worker's next poll, sends it with the same token) answers the executions the
+-- first send started that are still this worker's, and takes nothing more: the worker's
+-- last take (token and ids) is kept for two leases under `worker:<id>:take`.
+--
+-- KEYS: queue, idx:queued, idx:running, feed, the worker's running set, its lease, its
+--       last take
+-- ARGV: count, worker, timestamp, feed_max, slot lease ms, key prefix, token, take ttl ms
+-- Answers {next due (epoch ms) or false, then 4 items per execution started: id,
+-- capability, worker-only input or false, its sequence}; or 'lapsed'.
+local queue, queued, running, feed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local mine, lease, last = KEYS[5], KEYS[6], KEYS[7]
+local count, worker, ts, feed_max = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
+local slot_ms, prefix, token = tonumber(ARGV[5]), ARGV[6], ARGV[7]
+
+local function next_due()
+  local head = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
+  if head[2] then return head[2] end
+  return false
+end
+
+local before = redis.call('GET', last)
+if before and string.sub(before, 1, #token + 1) == token .. ' ' then
+  local out = {next_due()}
+  for id in string.gmatch(string.sub(before, #token + 2), '%S+') do
+    local snap = prefix .. ':x:{' .. id .. '}'
+    local cur = redis.call('HMGET', snap, 'state', 'capability', 'worker', 'last_seq')
+    if (cur[1] == 'running' or cur[1] == 'cancelling') and cur[3] == worker then
+      out[#out + 1] = id
+      out[#out + 1] = cur[2]
+      out[#out + 1] = redis.call('GET', snap .. ':input')
+      out[#out + 1] = tonumber(cur[4])
+    end
+  end
+  return out
+end
+if redis.call('EXISTS', lease) == 0 then return 'lapsed' end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Due entries oldest first: by due time, then by creation order (entries due in the same
+-- millisecond tie in the sorted set, which orders them by id). A full batch also reads
+-- every other entry due in its last millisecond, so a tie at its edge is broken rightly.
+local due = redis.call('ZRANGEBYSCORE', queue, '-inf', now, 'WITHSCORES', 'LIMIT', 0, count)
+local seen = {}
+local cands = {}
+for i = 1, #due, 2 do
+  seen[due[i]] = true
+  cands[#cands + 1] = {id = due[i], score = tonumber(due[i + 1])}
+end
+if #cands == count and count > 0 then
+  local edge = due[#due]
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', queue, edge, edge)) do
+    if not seen[id] then cands[#cands + 1] = {id = id, score = tonumber(edge)} end
+  end
+end
+for _, c in ipairs(cands) do
+  c.snap = prefix .. ':x:{' .. c.id .. '}'
+  c.cur = redis.call('HMGET', c.snap, 'state', 'capability', 'conc_limit', 'order',
+    'last_seq', 'attempt')
+  c.order = tonumber(c.cur[4] or '0') or 0
+end
+table.sort(cands, function(a, b)
+  if a.score ~= b.score then return a.score < b.score end
+  return a.order < b.order
+end)
+local out = {false}
+local ids = {}
+for _, c in ipairs(cands) do
+  if #ids >= count then break end
+  local id, snap, cur = c.id, c.snap, c.cur
+  redis.call('ZREM', queue, id)
+  local go = cur[1] == 'queued'
+  local limit = tonumber(cur[3] or '0') or 0
+  if go and limit > 0 then
+    local slots = prefix .. ':conc:' .. cur[2]
+    redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
+    if not redis.call('ZSCORE', slots, id) and redis.call('ZCARD', slots) >= limit then
+      redis.call('ZADD', slots .. ':waiting', cur[4], id)  -- first come, first served
+      go = false
+    else
+      redis.call('ZADD', slots, now + slot_ms, id)
+    end
+  end
+  if go then
+    local seq = tonumber(cur[5]) + 1
+    local sq = tostring(seq)
+    local env = '{"schema_version":"1","event_id":"' .. id .. '#' .. sq ..
+      '","execution_id":"' .. id .. '","sequence":' .. sq .. ',"timestamp":"' .. ts ..
+      '","type":"execution.started"}'
+    redis.call('XADD', snap .. ':events', sq .. '-0', 'e', env)
+    redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', sq, 'e', env)
+    redis.call('HSET', snap, 'state', 'running', 'started_at', ts, 'started_ms', now,
+      'worker', worker, 'attempt', (tonumber(cur[6]) or 0) + 1, 'last_seq', seq)
+    redis.call('ZREM', queued, id)
+    redis.call('ZADD', running, now, id)
+    redis.call('SADD', mine, id)
+    ids[#ids + 1] = id
+    out[#out + 1] = id
+    out[#out + 1] = cur[2]
+    out[#out + 1] = redis.call('GET', snap .. ':input')
+    out[#out + 1] = seq
+  end
+end
+if #ids > 0 then
+  redis.call('SET', last, token .. ' ' .. table.concat(ids, ' '), 'PX', ARGV[8])
+end
+out[1] = next_due()
+return out
