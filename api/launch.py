@@ -22,6 +22,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -106,8 +107,11 @@ def server_for(app: Any, host: str, port: int) -> ApiServer:
 # -- serve ------------------------------------------------------------------------------------
 
 
-def run_serve(host: str, port: int, settings: Settings) -> None:
-    """The API alone, on MAJORDOMUS_REDIS_URL (default redis://127.0.0.1:6379/0)."""
+def run_serve(
+    host: str, port: int, settings: Settings, sock: socket.socket | None = None
+) -> None:
+    """The API alone, on MAJORDOMUS_REDIS_URL (default redis://127.0.0.1:6379/0); on `sock`
+    when given (bound and listening already: `majordomus serve` binds it first)."""
     url = settings.redis_url or DEFAULT_URL
     app = create_app(msgspec.structs.replace(settings, redis_url=url))
     base = f"http://{host}:{port}"
@@ -116,23 +120,27 @@ def run_serve(host: str, port: int, settings: Settings) -> None:
         f"with Redis {shown_url(url)}, at most {API_MAX_CONNECTIONS} connections",
         flush=True,
     )
-    asyncio.run(server_for(app, host, port).serve())
+    asyncio.run(server_for(app, host, port).serve(sockets=[sock] if sock else None))
 
 
 # -- dev --------------------------------------------------------------------------------------
 
 
-def run_dev(host: str, port: int, settings: Settings) -> None:
+def run_dev(
+    host: str, port: int, settings: Settings, sock: socket.socket | None = None
+) -> None:
     """The API and a worker in one process; Ctrl-C stops both, then an embedded Redis."""
     redis = DevRedis(settings)
     try:
         cfg = msgspec.structs.replace(settings, redis_url=redis.url)
-        asyncio.run(_dev(host, port, cfg, redis))
+        asyncio.run(_dev(host, port, cfg, redis, sock))
     finally:
         redis.stop()
 
 
-async def _dev(host: str, port: int, settings: Settings, redis: DevRedis) -> None:
+async def _dev(
+    host: str, port: int, settings: Settings, redis: DevRedis, sock: socket.socket | None
+) -> None:
     from workers.settings import build_worker
 
     registry = load_capabilities(settings.capabilities)
@@ -145,7 +153,7 @@ async def _dev(host: str, port: int, settings: Settings, redis: DevRedis) -> Non
     worker_task = asyncio.create_task(worker.async_run(), name="majordomus-dev-worker")
     banner = asyncio.create_task(_print_banner(server, host, port, app, redis, settings))
     try:
-        await server.serve()
+        await server.serve(sockets=[sock] if sock else None)
     finally:
         # First, so that no command started from now on goes to a dev that is stopping.
         remove_dev_record(os.getpid())

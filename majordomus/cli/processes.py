@@ -11,6 +11,7 @@ Nothing here draws an answer or runs a capability: that is `commands.py`.
 from __future__ import annotations
 
 import logging
+import socket
 from collections.abc import Callable
 
 import typer
@@ -37,6 +38,32 @@ def _sentence(text: str) -> str:
 
 def _logging() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+BACKLOG = 2048
+"""Connections the API's socket queues (uvicorn's default), while it starts and while busy."""
+
+
+def _listening(host: str, port: int) -> socket.socket:
+    """The API's socket, bound and listening before anything heavy is imported (the app,
+    its MCP server: seconds of a start): a client that connects while the API starts, or
+    restarts (an EventSource reconnecting), is queued and answered once it is up instead
+    of refused. A port that cannot be bound stops the process with one line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        typer.echo(
+            f"majordomus: cannot listen on {host}:{port} ({exc.strerror or exc}).\n"
+            "Stop what uses it, or choose another with --port.",
+            err=True,
+        )
+        raise typer.Exit(2) from None
+    sock.listen(BACKLOG)
+    return sock
 
 
 def _serve_worker_metrics(host: str) -> None:
@@ -84,10 +111,11 @@ def dev(
     """Run the API and a worker in one process, on MAJORDOMUS_REDIS_URL or, when none is set,
     on an embedded Redis or Valkey server it starts and stops itself (in-process fakeredis
     when there is none; the banner says which)."""
+    sock = _listening(host, port)
     from api.launch import run_dev
 
     _logging()
-    run_dev(host, port, settings())
+    run_dev(host, port, settings(), sock)
 
 
 def serve(
@@ -96,10 +124,11 @@ def serve(
 ) -> None:
     """Run the HTTP API (with the live channel and MCP at /mcp) on MAJORDOMUS_REDIS_URL."""
     _require_redis()
+    sock = _listening(host, port)
     from api.launch import run_serve
 
     _logging()
-    run_serve(host, port, settings())
+    run_serve(host, port, settings(), sock)
 
 
 def mcp() -> None:
