@@ -31,6 +31,7 @@ from typing import Any
 
 import httpx
 
+from bench.browser import CHROMIUM, CHROMIUM_ARGS
 from bench.harness import (
     ROOT,
     Bench,
@@ -45,16 +46,7 @@ from bench.harness import (
 )
 
 STATIC = ROOT / "api" / "console" / "static"
-CHROMIUM = os.environ.get("MAJORDOMUS_TEST_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-"""As `tests/console/conftest.py` launches it."""
+
 VIEWPORT = {"width": 1280, "height": 860}
 RATE = 1000
 """Log lines a second the streaming execution makes."""

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -274,6 +274,19 @@ async def idle_cpu_percent(child: Child, seconds: float) -> float:
 
 
 # -- statistics ---------------------------------------------------------------------------
+
+
+async def fan_out(n: int, one: Callable[[], Awaitable[Any]], tasks: int) -> None:
+    """Run `one` n times in all, from `tasks` concurrent tasks (how a busy client enqueues)."""
+    left = n
+
+    async def runner() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            await one()
+
+    await asyncio.gather(*(runner() for _ in range(tasks)))
 
 
 def percentile(values: Sequence[float], p: float) -> float:

@@ -25,7 +25,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from bench.harness import Bench, Row, children, majordomus_worker, wait_for_workers
+from bench.harness import Bench, Row, children, fan_out, majordomus_worker, wait_for_workers
 from majordomus.store.embedded import EmbeddedRedis
 
 CPU_GOAL_US = 150.0
@@ -83,16 +83,8 @@ async def _cpu(bench: Bench, n: int) -> tuple[float, float]:
     redis = aioredis.from_url(bench.redis_url)
     try:
         async with bench.engine() as engine:
-            left = n
             before = await _server_cpu(redis)
-
-            async def enqueuer() -> None:
-                nonlocal left
-                while left > 0:
-                    left -= 1
-                    await engine.start("bench.noop", {})
-
-            await asyncio.gather(*(enqueuer() for _ in range(ENQUEUERS)))
+            await fan_out(n, lambda: engine.start("bench.noop", {}), ENQUEUERS)
             created = await _server_cpu(redis) - before
             with children() as kids:
                 kids.append(majordomus_worker(bench, MAX_JOBS))

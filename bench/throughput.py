@@ -35,6 +35,7 @@ from bench.harness import (
     Row,
     arq_worker,
     children,
+    fan_out,
     majordomus_worker,
     wait_for_arq_worker,
     wait_for_workers,
@@ -180,16 +181,8 @@ async def _timed(
     kids: list[Child],
 ) -> float:
     """N enqueued by concurrent tasks; answers N over first enqueue .. all done."""
-    left = n
-
-    async def enqueuer() -> None:
-        nonlocal left
-        while left > 0:
-            left -= 1
-            await enqueue()
-
     t0 = time.perf_counter()
-    await asyncio.gather(*(enqueuer() for _ in range(ENQUEUERS)))
+    await fan_out(n, enqueue, ENQUEUERS)
     deadline = t0 + 120
     while await done() < n:
         if time.perf_counter() > deadline or not all(k.alive() for k in kids):

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from bench.browser import CHROMIUM  # the console's browser: the machine's, never a download
 from majordomus.config import Settings
 from majordomus.engine import Engine
 from majordomus.loading import load_capabilities
@@ -86,8 +87,6 @@ def pytest_sessionstart(session: Any) -> None:
     _redis_url()
 
 
-CHROMIUM = os.environ.get("MAJORDOMUS_TEST_CHROMIUM", "/usr/bin/chromium")
-"""The browser the console's tests drive: the machine's (Debian's `chromium`), never a download."""
 
 
 def chromium_found() -> bool:

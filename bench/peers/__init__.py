@@ -58,7 +58,7 @@ from typing import Any
 
 import psutil
 
-from bench.harness import Bench, Row, percentile
+from bench.harness import Bench, Row, fan_out, percentile
 from bench.peers import wire
 from majordomus.engine import Engine
 from majordomus.store.embedded import EmbeddedRedis
@@ -422,16 +422,8 @@ class OursRunner(Runner):
         async def one() -> None:
             await self.engine.start("bench.noop", {})
 
-        left = n
-
-        async def enqueuer() -> None:
-            nonlocal left
-            while left > 0:
-                left -= 1
-                await one()
-
         t0 = time.time()
-        await asyncio.gather(*(enqueuer() for _ in range(wire.ENQUEUERS)))
+        await fan_out(n, one, wire.ENQUEUERS)
         return t0, time.time()
 
     async def enqueue(self, n: int) -> float:

@@ -24,19 +24,12 @@ import httpx
 import pytest
 import redis as redis_sync
 
+from bench.browser import CHROMIUM_ARGS
 from tests.api.conftest import ApiProcess, WorkerChild
 from tests.conftest import CHROMIUM, _redis_url, chromium_found
 
 PREFIX = "console"
 CAPABILITIES = "tests.capabilities,tests.console.paced"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 SCREENSHOTS = os.environ.get("MAJORDOMUS_CONSOLE_SCREENSHOTS")
 """A folder to save the README's screenshots in, when set."""
 
@@ -88,19 +81,26 @@ def console_redis_url() -> str:
     return _redis_url()
 
 
-@pytest.fixture(scope="package")
-def console(console_redis_url: str) -> Iterator[ApiProcess]:
-    """The package's API and one worker behind it, on the `console` prefix."""
-    forget_prefix(console_redis_url, PREFIX)
-    server = console_api(console_redis_url).start()
-    worker = ConsoleWorker(console_redis_url)
+@contextlib.contextmanager
+def api_and_worker(redis_url: str, prefix: str = PREFIX, **env: str) -> Iterator[ApiProcess]:
+    """An API and one worker behind it, on a prefix emptied before and after."""
+    forget_prefix(redis_url, prefix)
+    server = console_api(redis_url, prefix=prefix, **env).start()
+    worker = ConsoleWorker(redis_url, prefix=prefix, **env)
     try:
-        worker.wait_reported(console_redis_url)
+        worker.wait_reported(redis_url)
         yield server
     finally:
         worker.stop()
         server.close()
-        forget_prefix(console_redis_url, PREFIX)
+        forget_prefix(redis_url, prefix)
+
+
+@pytest.fixture(scope="package")
+def console(console_redis_url: str) -> Iterator[ApiProcess]:
+    """The package's API and one worker behind it, on the `console` prefix."""
+    with api_and_worker(console_redis_url) as server:
+        yield server
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.api.conftest import ApiProcess, start, wait_final
-from tests.console.conftest import ConsoleWorker, CuttableProxy, console_api, forget_prefix
+from tests.console.conftest import CuttableProxy, api_and_worker
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -30,16 +30,8 @@ SAFETY_SECONDS = 10
 @pytest.fixture(scope="module")
 def quiet(console_redis_url: str) -> Iterator[ApiProcess]:
     """An API and one worker with a 30 s lease, on a prefix of their own."""
-    forget_prefix(console_redis_url, PREFIX)
-    server = console_api(console_redis_url, prefix=PREFIX, **LONG_LEASE).start()
-    worker = ConsoleWorker(console_redis_url, prefix=PREFIX, **LONG_LEASE)
-    try:
-        worker.wait_reported(console_redis_url)
+    with api_and_worker(console_redis_url, PREFIX, **LONG_LEASE) as server:
         yield server
-    finally:
-        worker.stop()
-        server.close()
-        forget_prefix(console_redis_url, PREFIX)
 
 
 class Reads:
