@@ -23,8 +23,14 @@ from majordomus.store.connect import RedisClient
 RUN_EXECUTION = "run_execution"
 """The name of the one arq function a majordomus worker registers (arq wants one)."""
 
-TAKE_KEPT_LEASES = 2
-"""How many leases a worker's last take is kept for answering it again (`take.lua`)."""
+TAKE_KEPT_SECONDS = 24 * 3600
+"""How long a worker's last take is kept for answering it again (`take.lua`): longer than
+any outage a worker waits through. The worker sends a take whose answer was lost again as
+soon as Redis answers, however long that took, and the sweeper may meanwhile have failed
+what it started (its lease lapsed), which the answer then leaves out; a key kept only a
+lease or two would, after a longer outage, leave them `running` on a worker that renewed
+its lease and knows nothing of them. One key per worker, replaced by each take that
+started something, deleted when the worker is forgotten."""
 
 
 class Taken(NamedTuple):
@@ -83,7 +89,7 @@ class QueueStore(StoreBase):
                 lease_ms,
                 keys.prefix,
                 token,
-                lease_ms * TAKE_KEPT_LEASES,
+                TAKE_KEPT_SECONDS * 1000,
             ],
         )
         if answer in (b"lapsed", "lapsed"):

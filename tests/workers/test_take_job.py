@@ -89,6 +89,9 @@ async def test_a_take_sent_again_answers_what_its_first_send_started(engine: Eng
     late = (await engine.start("tests.noop", {})).id
     again = await take(engine, count=2, token=token)
     assert [t.execution_id for t in again.taken] == [t.execution_id for t in first.taken] == ids
+    # Kept for far longer than a lease: a worker sends it again however long Redis was away.
+    kept_ms = await engine.redis.pttl(engine.store.keys.worker_take(WORKER))
+    assert kept_ms > 3_600_000, kept_ms
     assert await queue_of(engine) == [late]
     # One ended meanwhile (the sweeper's, say): no longer this worker's, not answered again.
     await engine.store.append(ids[0], [("execution.completed", b'{"output":{}}')])

@@ -15,7 +15,7 @@
 -- The same call sent again (its answer lost to a broken connection, and redis-py's retry,
 -- or the worker's next poll, sends it with the same token) answers the executions the
 -- first send started that are still this worker's, and takes nothing more: the worker's
--- last take (token and ids) is kept for two leases under `worker:<id>:take`.
+-- last take (token and ids) is kept under `worker:<id>:take` (`TAKE_KEPT_SECONDS`).
 --
 -- KEYS: queue, idx:queued, idx:running, feed, the worker's running set, its lease, its
 --       last take
