@@ -54,10 +54,6 @@ class Take(NamedTuple):
     """The worker's lease had lapsed: nothing was taken (beat, then take again)."""
 
 
-WAITING = "waiting"
-"""The state of an execution held back by its capability's `max_concurrency`, in words."""
-
-
 class QueueStore(StoreBase):
     def __init__(self, redis: RedisClient, settings: Settings) -> None:
         super().__init__(redis, settings)
