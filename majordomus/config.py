@@ -57,6 +57,10 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     address; any other `Host` is refused (421). `*` allows any: unsafe without a token."""
     reattach_grace: float = 900.0
     """Seconds a detached episode waits for its client before the reaper closes it."""
+    priority_aging_seconds: float = 300.0
+    """How much earlier in line a `high` execution stands than it came, and a `low` one later (`majordomus.priorities`): a `low` one waits at most twice this behind newer `high` work."""
+    schedule_grace: float = 10.0
+    """How late a schedule's tick may be started and still count as that tick; a tick older than this that nobody started (everything was down) is missed: started once or skipped, as its schedule says (`majordomus.schedules`)."""
     poll_seconds: float = 1.0
     """A worker's long-poll fallback when no wake-up signal arrives."""
     feed_max_events: int = 10_000

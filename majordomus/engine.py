@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
+import json
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 import msgspec
@@ -54,11 +57,14 @@ from majordomus.model import (
     event_type_of,
 )
 from majordomus.registry import Capability, Registry
+from majordomus.retries import MAX_ATTEMPTS
 from majordomus.schemas import redact, schema_of, validate_input
+from majordomus.start_options import NO_OPTIONS, StartOptions
 from majordomus.states import FINAL, is_final
+from majordomus.store.clock import stamp_of
 from majordomus.store.connect import RedisClient
 from majordomus.store.episodes import EpisodeStore
-from majordomus.store.executions import RawPage, Store, encode
+from majordomus.store.executions import Created, RawPage, StartPlan, Store, encode
 from majordomus.store.failures import UNREACHABLE
 from majordomus.store.feed import FeedEntry
 
@@ -159,7 +165,9 @@ class Engine:
         its declared output type; with `typed` False, a caller that only encodes it as JSON
         may get it in its stored form instead (`StoredForm`: the same JSON, not decoded)."""
         cap = self.registry.require(capability_id)
-        value = raw_input if isinstance(raw_input, cap.input) else validate_input(cap.input, raw_input)
+        value = (
+            raw_input if isinstance(raw_input, cap.input) else validate_input(cap.input, raw_input)
+        )
         output = await call_handler(cap, ctx or Context(self, actor, episode), value)
         return as_declared(cap, output) if typed else output
 
@@ -186,6 +194,10 @@ class Engine:
         as it stands, still going. One that failed or was cancelled raises its error, with
         the execution's id as the correlation id. `on_started` sees the queued execution
         before the wait, `on_event` each of its events during it. `typed`: as `invoke`'s.
+
+        A failed attempt that its capability's retry policy retried (`retried_as`,
+        `majordomus.retries`) is not the answer: the wait follows the chain, within the same
+        bound, to its last execution, which carries the outcome (or is the one still going).
         """
         with self._in_flight():
             cap = self.registry.require(capability_id)
@@ -200,8 +212,19 @@ class Engine:
             if wait_ms == 0:
                 return Called(execution=started)
             wait_ms = clamp(wait_ms, LIMITS.call_wait_ms, LIMITS.wait_bound_ms)
+            deadline = time.monotonic() + wait_ms / 1000
             try:
                 snap = await self.wait(started.id, wait_ms, on_event=on_event)
+                # The link is written before the failure it follows, so a failed attempt
+                # that is retried always shows `retried_as` here.
+                while snap.state == "failed" and isinstance(snap.retried_as, str):
+                    left_ms = max(0, int((deadline - time.monotonic()) * 1000))
+                    try:
+                        snap = await self.wait(snap.retried_as, left_ms, on_event=on_event)
+                    except MajordomusError as exc:
+                        if exc.code != "not_found":
+                            raise
+                        break  # the next attempt is gone (pruned): this one's error stands
             except UNREACHABLE:
                 # Started, then Redis went away: say it was started (as still going), not an
                 # error that would have the caller start it a second time.
@@ -229,6 +252,7 @@ class Engine:
         *,
         actor: str = "internal",
         episode: str | None = None,
+        options: StartOptions = NO_OPTIONS,
     ) -> ExecutionSnapshot:
         cap = self.registry.require(capability_id)
         if not cap.executable:
@@ -239,8 +263,11 @@ class Engine:
         value = validate_input(cap.input, raw_input)
         plain = msgspec.to_builtins(value)
         shown = redact(cap.input, plain)
+        priority = options.priority or cap.priority
+        key = options.idempotency_key
+        fingerprint = _fingerprint(cap.id, plain) if key else ""
         execution_id = new_execution_id()
-        _, created_at = await self.store.create(
+        created = await self.store.create(
             execution_id,
             capability=cap.id,
             title=cap.title,
@@ -251,17 +278,31 @@ class Engine:
             actor=actor,
             episode=episode,
             max_concurrency=cap.max_concurrency,
+            plan=StartPlan(
+                due_ms=options.start_at_ms,
+                priority=priority,
+                idempotency_key=key,
+                fingerprint=fingerprint,
+                schedule=options.schedule,
+                retry_of=options.retry_of,
+                attempts_before=options.attempts_before,
+            ),
         )
+        if created.held_by is not None:
+            return await self._held(key or "", created, fingerprint)
         METRICS.execution_started(cap.id)
         METRICS.events_appended(2)  # execution.created, execution.queued
         # Built here rather than read back: the answer is the queued snapshot even when a
         # worker has already picked the execution up.
+        unset = msgspec.UNSET
+        due_ms = options.start_at_ms
+        delayed = due_ms is not None and due_ms > _epoch_ms(created.created_at)
         return ExecutionSnapshot(
             id=execution_id,
             capability=cap.id,
             title=cap.title,
             state="queued",
-            created_at=created_at,
+            created_at=created.created_at,
             input=shown,
             steps=[],
             diagnostics=[],
@@ -270,11 +311,33 @@ class Engine:
             events_truncated=False,
             cancellable=cap.cancellable,
             actor=actor,  # type: ignore[arg-type]
-            episode=episode if episode else msgspec.UNSET,
-            attempt=0,
+            episode=episode if episode else unset,
+            attempt=options.attempts_before,
+            priority=priority,
+            due_at=stamp_of(due_ms) if delayed and due_ms is not None else unset,
+            idempotency_key=key if key else unset,
+            schedule=options.schedule or unset,
+            retry_of=options.retry_of or unset,
             correlation_id=execution_id,
             links=self.links(execution_id),
         )
+
+    async def _held(self, key: str, created: Created, fingerprint: str) -> ExecutionSnapshot:
+        """The answer of a start whose idempotency key an execution already holds: that
+        execution, when it was started with the same capability and input; else `refused`."""
+        held = created.held_by or ""
+        if created.held_fingerprint != fingerprint:
+            raise refused(
+                f"the idempotency key {key!r} was used by {held} with another capability or input",
+                f"use a new key for a different start, or read {held} with executions.get",
+            )
+        raw = await self.store.snapshot(held)
+        if raw is None:  # forgotten between the two reads: as if never held
+            raise refused(
+                f"the idempotency key {key!r} was held by {held}, which is gone",
+                "start again with the same key",
+            )
+        return self.snapshot_from(raw)
 
     async def get(self, execution_id: str) -> ExecutionSnapshot:
         execution_id = require_execution_id(execution_id)
@@ -371,27 +434,58 @@ class Engine:
         return place
 
     async def cancel(self, execution_id: str, by: str = "user") -> CancelOutput:
+        """Cancel an execution: a queued one ends `cancelled` at once, a running one is
+        asked to stop (`cancelling`); a final one answers `already_finished`.
+
+        A retry chain is cancelled as one (`majordomus.retries`): a cancel of an attempt
+        that failed and was retried (`retried_as`) is passed on along the chain to its last
+        execution, and the answer is that one's (its outcome, and its snapshot, whose
+        `retry_of` leads back to the one asked); a running attempt whose next attempt was
+        started an instant before its failure has that one cancelled too.
+        """
         execution_id = require_execution_id(execution_id)
-        for _ in range(5):
+        hops = 0
+        tries = 0
+        last: dict[bytes, bytes] | None = None
+        while tries < 5:
             raw = await self.store.snapshot(execution_id)
-            if raw is None:
+            if raw is None and last is not None:  # the next attempt is gone (pruned)
+                raw = last
+            elif raw is None:
                 raise _unknown(execution_id)
             state = raw[b"state"].decode()
             cancellable = raw.get(b"cancellable") == b"1"
+            onward = raw.get(b"retried_as")
+            if state == "failed" and onward and raw is not last and hops < MAX_ATTEMPTS:
+                hops += 1
+                last, execution_id = raw, onward.decode()
+                continue
+            tries += 1
             if state in FINAL:
                 return CancelOutput("already_finished", cancellable, self.snapshot_from(raw))
             if state == "cancelling":
                 return CancelOutput("already_requested", cancellable, self.snapshot_from(raw))
-            event = ("execution.cancelled", b"") if state == "queued" else (
-                "execution.cancelling",
-                encode({"by": by}),
+            event = (
+                ("execution.cancelled", b"")
+                if state == "queued"
+                else (
+                    "execution.cancelling",
+                    encode({"by": by}),
+                )
             )
             result = await self.store.append(execution_id, [event])
             METRICS.events_appended(result.applied)
             if result.complete and state == "queued":  # it never ran: ended here
                 METRICS.execution_finished(raw[b"capability"].decode(), "cancelled")
             if result.complete:
-                return CancelOutput("requested", cancellable, await self.get(execution_id))
+                snap = await self.get(execution_id)
+                if state == "running" and isinstance(snap.retried_as, str):
+                    # Its worker started the next attempt just before this cancel landed:
+                    # asked `cancelling`, then read `retried_as` (the worker wrote the link,
+                    # then reads the state), so one of the two always cancels it.
+                    with contextlib.suppress(MajordomusError):
+                        await self.cancel(snap.retried_as, by)
+                return CancelOutput("requested", cancellable, snap)
             # The state moved under us (picked up, or finished): look again.
         raise MajordomusError("unavailable", "the execution kept changing state; try again")
 
@@ -438,9 +532,7 @@ class Engine:
         """One execution's events after `after`, waiting up to `block_ms` for the first."""
         return await self.store.read_stream_after(execution_id, require_sequence(after), block_ms)
 
-    async def read_feed(
-        self, last_id: str, block_ms: int | None, count: int = 1000
-    ) -> FeedPage:
+    async def read_feed(self, last_id: str, block_ms: int | None, count: int = 1000) -> FeedPage:
         """Global feed entries after `last_id`, waiting up to `block_ms` for the first."""
         return await self.store.read_feed(last_id, block_ms, count)
 
@@ -527,6 +619,12 @@ class Engine:
             episode=_text(raw.get(b"episode")),
             worker=_text(raw.get(b"worker")),
             attempt=int(raw.get(b"attempt", 0)),
+            priority=raw.get(b"priority", b"normal").decode(),  # type: ignore[arg-type]
+            due_at=_text(raw.get(b"due_at")),
+            idempotency_key=_text(raw.get(b"idempotency_key")),
+            schedule=_text(raw.get(b"schedule")),
+            retry_of=_text(raw.get(b"retry_of")),
+            retried_as=_text(raw.get(b"retried_as")),
             correlation_id=execution_id,
             links=self.links(execution_id),
         )
@@ -582,6 +680,18 @@ def ended_badly(snap: ExecutionSnapshot) -> MajordomusError:
         suggestion or f"read its events: GET {snap.links.events}",
         snap.id,
     )
+
+
+def _fingerprint(capability: str, plain: Any) -> str:
+    """What an idempotent start was asked to run: its capability and its whole input (keys
+    sorted, secrets included, so two starts differing only in a secret differ), hashed."""
+    body = json.dumps([capability, plain], sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(body.encode()).hexdigest()[:32]
+
+
+def _epoch_ms(stamp: str) -> int:
+    """An RFC 3339 UTC stamp of the store's (`...T12:00:00.000Z`) as epoch ms."""
+    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 def _unknown(execution_id: str) -> MajordomusError:

@@ -14,6 +14,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from majordomus.errors import ExecutionError
+from majordomus.priorities import Priority
 from majordomus.states import ExecutionState
 
 Severity = Literal["info", "warning", "error"]
@@ -44,8 +45,10 @@ class CreatedData(msgspec.Struct):
     input: Any
 
 
-class QueuedData(msgspec.Struct):
+class QueuedData(msgspec.Struct, omit_defaults=True):
     ahead: int
+    due_at: str | UnsetType = UNSET
+    """When a delayed start is due (RFC 3339 UTC); absent: now."""
 
 
 class ProgressView(msgspec.Struct, omit_defaults=True):
@@ -158,7 +161,8 @@ ExecutionEvent = Union[
 ]
 
 EVENT_TYPES: tuple[str, ...] = tuple(
-    t.__struct_config__.tag for t in ExecutionEvent.__args__  # type: ignore[attr-defined]
+    t.__struct_config__.tag
+    for t in ExecutionEvent.__args__  # type: ignore[attr-defined]
 )
 TERMINAL_EVENT_TYPES = frozenset({"execution.completed", "execution.failed", "execution.cancelled"})
 
@@ -207,6 +211,18 @@ class ExecutionSnapshot(msgspec.Struct, kw_only=True, omit_defaults=True):
     episode: str | UnsetType = UNSET
     worker: str | UnsetType = UNSET
     attempt: int
+    priority: Priority
+    """Its level in the queue (`majordomus.priorities`)."""
+    due_at: str | UnsetType = UNSET
+    """When a delayed start is (or was) due, RFC 3339 UTC; absent: at once."""
+    idempotency_key: str | UnsetType = UNSET
+    """The key it was started with: a start with the same key answers this execution."""
+    schedule: str | UnsetType = UNSET
+    """The schedule whose tick started it."""
+    retry_of: str | UnsetType = UNSET
+    """The attempt this one retries (the previous execution of its retry chain)."""
+    retried_as: str | UnsetType = UNSET
+    """The attempt that retries this one (the next execution of its retry chain)."""
     correlation_id: str
     links: ExecutionLinks
 
@@ -258,8 +274,10 @@ def event_type_of(event: ExecutionEvent) -> str:
 
 def progress_text(progress: ProgressView) -> str:
     """A progress report as a person reads it: `3/10 resizing` (or `3` without a total)."""
-    amount = f"{progress.current}/{progress.total}" if progress.total is not None else str(
-        progress.current
+    amount = (
+        f"{progress.current}/{progress.total}"
+        if progress.total is not None
+        else str(progress.current)
     )
     return f"{amount} {progress.message}" if progress.message else amount
 

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from majordomus.errors import not_found
+from majordomus.priorities import Priority
+from majordomus.retries import Retry
+from majordomus.schedules import Schedule
 from majordomus.schemas import schema_of
 
 Kind = Literal["query", "command"]
@@ -54,6 +57,12 @@ class Capability:
     stability: Stability = "experimental"
     cancellable: bool = False
     max_concurrency: int | None = None
+    priority: Priority = "normal"
+    """The priority of its executions when a start names none (`majordomus.priorities`)."""
+    retry: Retry | None = None
+    """Its retry policy (`majordomus.retries`); None: a failed execution is not retried."""
+    schedules: tuple[Schedule, ...] = ()
+    """Its declared schedules (`majordomus.schedules`), each started on its cron ticks."""
     tags: tuple[str, ...] = ()
     exposure: Exposure = field(default_factory=lambda: Exposure(None, None, None, None))
     executable: bool = True
@@ -172,6 +181,9 @@ def capability(
     stability: Stability = "experimental",
     cancellable: bool = False,
     max_concurrency: int | None = None,
+    priority: Priority = "normal",
+    retry: Retry | None = None,
+    schedules: tuple[Schedule, ...] | list[Schedule] = (),
     tags: tuple[str, ...] = (),
     mcp: str | None = DERIVED,
     http: tuple[str, str] | None = DERIVED,
@@ -194,6 +206,9 @@ def capability(
             stability=stability,
             cancellable=cancellable,
             max_concurrency=max_concurrency,
+            priority=priority,
+            retry=retry,
+            schedules=tuple(schedules),
             tags=tuple(tags),
             exposure=derive_exposure(id, kind, mcp, http, cli),
             executable=executable,

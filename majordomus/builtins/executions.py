@@ -9,6 +9,7 @@ capability, runnable directly or as an execution, that exercises every kind of r
 from __future__ import annotations
 
 import time
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
@@ -25,7 +26,9 @@ from majordomus.model import (
     ProtocolInfo,
     StoredEventHistory,
 )
+from majordomus.priorities import Priority
 from majordomus.registry import capability
+from majordomus.start_options import StartOptions
 from majordomus.states import ExecutionState
 
 if TYPE_CHECKING:
@@ -37,6 +40,12 @@ CONTROL = control("executions")
 # -- executions.start ---------------------------------------------------------------------
 
 
+DELAY_BOUND_MS = 366 * 24 * 3600 * 1000
+"""The bound of `delay_ms` (366 days): a longer delay is clamped to it."""
+
+IdempotencyKey = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+
+
 class StartInput(msgspec.Struct, forbid_unknown_fields=True):
     """The input of `executions.start`."""
 
@@ -46,6 +55,33 @@ class StartInput(msgspec.Struct, forbid_unknown_fields=True):
     is the empty object."""
     episode: str | None = None
     """The episode handle, for MCP clients without a session (2026-07-28)."""
+    start_at: Annotated[datetime, msgspec.Meta(tz=True)] | None = None
+    """When to start it (RFC 3339 with an offset): it waits `queued`, holding no worker,
+    and starts within milliseconds of this time; a time past starts it now."""
+    delay_ms: NonNegative | None = None
+    """Start it this many milliseconds from now (bound: 366 days). Given with `start_at`,
+    it starts at the later of the two."""
+    priority: Priority | None = None
+    """`low`, `normal` or `high`; absent: the capability's own. Higher levels are taken
+    first; a lower one waits at most twice `MAJORDOMUS_PRIORITY_AGING_SECONDS` behind
+    newer higher ones."""
+    idempotency_key: IdempotencyKey | None = None
+    """A start with a key used before (within the retention) answers that execution
+    instead of creating one, on every surface and replica; with another capability or
+    input it is refused, naming that execution."""
+
+    def options(self) -> StartOptions:
+        """How the execution is to start, the input's times made one due time: the later
+        of `start_at` and now + `delay_ms` when both are given."""
+        due: list[int] = []
+        if self.delay_ms is not None:
+            due.append(int(time.time() * 1000) + min(self.delay_ms, DELAY_BOUND_MS))
+        if self.start_at is not None:
+            due.append(int(self.start_at.timestamp() * 1000))
+        due_ms = max(due) if due else None
+        return StartOptions(
+            start_at_ms=due_ms, priority=self.priority, idempotency_key=self.idempotency_key
+        )
 
 
 @capability(
@@ -66,7 +102,11 @@ class StartInput(msgspec.Struct, forbid_unknown_fields=True):
 )
 async def start(ctx: Context, inp: StartInput) -> ExecutionSnapshot:
     return await engine_of(ctx).start(
-        inp.capability, inp.input, actor=ctx.actor, episode=ctx.episode or inp.episode
+        inp.capability,
+        inp.input,
+        actor=ctx.actor,
+        episode=ctx.episode or inp.episode,
+        options=inp.options(),
     )
 
 
@@ -99,9 +139,7 @@ class ListInput(msgspec.Struct, forbid_unknown_fields=True):
     **CONTROL,
 )
 async def list_executions(ctx: Context, inp: ListInput) -> ExecutionList:
-    return await engine_of(ctx).list(
-        inp.state, inp.capability, inp.episode, inp.limit, inp.before
-    )
+    return await engine_of(ctx).list(inp.state, inp.capability, inp.episode, inp.limit, inp.before)
 
 
 # -- executions.get -----------------------------------------------------------------------

@@ -21,8 +21,9 @@ from typing import Any
 import msgspec
 
 from majordomus.config import LIMITS, Settings
+from majordomus.priorities import HEAD_START
 from majordomus.store.base import StoreBase
-from majordomus.store.clock import now_stamp
+from majordomus.store.clock import now_stamp, stamp_of
 from majordomus.store.connect import RedisClient
 from majordomus.store.feed import FeedStore
 from majordomus.store.queue import QueueStore
@@ -50,6 +51,36 @@ class RawPage:
     events: list[bytes]
     more: bool
     truncated: bool
+
+
+@dataclass(frozen=True)
+class StartPlan:
+    """How the store enqueues a new execution (`ExecutionStore.create`)."""
+
+    due_ms: int | None = None
+    """When it is due (epoch ms); None or past: now."""
+    priority: str = "normal"
+    idempotency_key: str | None = None
+    fingerprint: str = ""
+    """What the key's holder was started with (capability and input), to tell a repeat
+    from a different start under the same key."""
+    schedule: str | None = None
+    retry_of: str | None = None
+    attempts_before: int = 0
+
+
+NOW = StartPlan()
+
+
+@dataclass(frozen=True)
+class Created:
+    """What a create answered."""
+
+    ahead: int
+    created_at: str
+    held_by: str | None = None
+    """The execution that already holds the idempotency key (nothing was created)."""
+    held_fingerprint: str = ""
 
 
 EventWrite = tuple[str, bytes]
@@ -83,10 +114,15 @@ class ExecutionStore(StoreBase):
         actor: str,
         episode: str | None,
         max_concurrency: int | None = None,
-    ) -> tuple[int, str]:
-        """Create and enqueue; answers how many were queued ahead of it, and when it was."""
+        plan: StartPlan = NOW,
+    ) -> Created:
+        """Create and enqueue, as `plan` says (due time, priority, idempotency key, links);
+        answers how many were queued ahead of it and when it was created, or the execution
+        that holds its idempotency key."""
         k = self.keys
         stamp, ms = now_stamp()
+        due_ms = plan.due_ms if plan.due_ms is not None and plan.due_ms > ms else 0
+        aging_ms = int(self.settings.priority_aging_seconds * 1000)
         keys = [
             k.snapshot(execution_id),
             k.events(execution_id),
@@ -96,6 +132,9 @@ class ExecutionStore(StoreBase):
             k.secret_input(execution_id),
             k.queue,
             k.created_counter,
+            k.delayed,
+            k.idempotency(plan.idempotency_key) if plan.idempotency_key else "",
+            k.snapshot(plan.retry_of) if plan.retry_of else "",
         ]
         args: list[bytes | str | int | float] = [
             execution_id,
@@ -113,11 +152,24 @@ class ExecutionStore(StoreBase):
             created_data,
             k.wake_channel,
             max_concurrency or 0,
+            due_ms,
+            stamp_of(due_ms) if due_ms else "",
+            plan.priority,
+            HEAD_START[plan.priority] * aging_ms,
+            plan.fingerprint,
+            k.prefix,
+            plan.schedule or "",
+            plan.retry_of or "",
+            plan.attempts_before,
+            plan.idempotency_key or "",
         ]
-        ahead = await self._create(keys=keys, args=args)
-        if int(ahead) < 0:
+        answer = await self._create(keys=keys, args=args)
+        code = int(answer[0])
+        if code == -2:
+            return Created(0, stamp, held_by=_text(answer[1]), held_fingerprint=_text(answer[2]))
+        if code < 0:
             raise RuntimeError(f"execution id {execution_id} already exists")
-        return int(ahead), stamp
+        return Created(code, stamp)
 
     def _append_call(
         self,
@@ -139,6 +191,7 @@ class ExecutionStore(StoreBase):
             k.finished,
             k.secret_input(execution_id),
             k.queue,
+            k.delayed,
         ]
         args: list[Any] = [
             execution_id,
@@ -181,9 +234,7 @@ class ExecutionStore(StoreBase):
         `if_lapsed`: a worker id; nothing is appended (the answer is a refusal) while that
         worker's lease holds, checked in the same atomic step (the sweeper's failures).
         """
-        keys, args = self._append_call(
-            execution_id, events, worker, token=token, lapsed=if_lapsed
-        )
+        keys, args = self._append_call(execution_id, events, worker, token=token, lapsed=if_lapsed)
         raw = await self._append(keys=keys, args=args)
         return _append_result(raw, len(events))
 
@@ -208,6 +259,12 @@ class ExecutionStore(StoreBase):
             self.keys.snapshot(execution_id)
         )
         return raw or None
+
+    async def worker_input(self, execution_id: str) -> bytes | None:
+        """An active execution's worker-only input (unredacted; deleted by its terminal
+        event): what the sweeper starts a lost attempt's retry with before it fails it."""
+        raw: bytes | None = await self.redis.get(self.keys.secret_input(execution_id))
+        return raw
 
     async def snapshots(self, execution_ids: Sequence[str]) -> list[dict[bytes, bytes]]:
         async with self.redis.pipeline(transaction=False) as pipe:
@@ -280,9 +337,7 @@ class ExecutionStore(StoreBase):
         raw = await self.redis.zrange(self.keys.queued, 0, -1, withscores=True)
         return [(r.decode(), int(score)) for r, score in raw]
 
-    async def read_stream_after(
-        self, execution_id: str, after: int, block_ms: int
-    ) -> list[bytes]:
+    async def read_stream_after(self, execution_id: str, after: int, block_ms: int) -> list[bytes]:
         """Events after `after`, waiting up to `block_ms` for the first (for long polls)."""
         raw = await self.redis.xread(
             {self.keys.events(execution_id): f"{after}-0"}, count=LIMITS.page_events, block=block_ms
@@ -341,6 +396,10 @@ def _append_result(raw: Any, requested: int) -> AppendResult:
     code, seq, state, applied = raw[:4]
     state_text = state.decode() if isinstance(state, bytes) else str(state)
     return AppendResult(int(code) >= 0, int(applied), requested, int(seq), state_text)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def encode(value: Any) -> bytes:

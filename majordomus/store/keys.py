@@ -18,8 +18,12 @@ from __future__ import annotations
 class Keys:
     def __init__(self, prefix: str = "md") -> None:
         self.prefix = prefix
-        # arq's queue: the sorted set of job ids arq workers poll.
+        # The ready queue (arq's name for it): what can run now, scored by its place in line
+        # (when it became ready, less its priority's head start, `majordomus.priorities`).
         self.queue = f"{prefix}:queue"
+        # Executions due later, scored by when (epoch ms); the take moves each into the ready
+        # queue when it is due, so waiting costs no worker and no traffic.
+        self.delayed = f"{prefix}:queue:delayed"
         # arq's worker health record (what `arq --check` reads), named as arq names it.
         self.health_check = f"{prefix}:queue:health-check"
         self.all = f"{prefix}:idx:all"
@@ -53,6 +57,10 @@ class Keys:
             self.events(execution_id),
             self.secret_input(execution_id),
         ]
+
+    def idempotency(self, key: str) -> str:
+        """An idempotency key's holder ("<execution id> <fingerprint>"), kept the retention."""
+        return f"{self.prefix}:idem:{key}"
 
     def worker(self, worker_id: str) -> str:
         return f"{self.prefix}:worker:{worker_id}"
@@ -89,3 +97,20 @@ class Keys:
     def episode_closed(self, external_id: str, closed_ms: int) -> str:
         """The record an episode becomes when it closes, kept for the retention time."""
         return f"{self.prefix}:ep:{{{external_id}}}:closed:{closed_ms}"
+
+    # -- schedules (`majordomus.store.schedules`) ---------------------------------------------
+
+    @property
+    def schedules(self) -> str:
+        """Every schedule's id, scored by when it was first stored (epoch ms)."""
+        return f"{self.prefix}:schedules"
+
+    @property
+    def schedules_version(self) -> str:
+        """A counter every change of a schedule (not its ticks) increments: a ticker reads it
+        at each wake and reloads the schedules when it moved."""
+        return f"{self.prefix}:schedules:version"
+
+    def schedule(self, schedule_id: str) -> str:
+        """One schedule: its definition, origin, pause and last tick (`store/schedules.py`)."""
+        return f"{self.prefix}:sched:{{{schedule_id}}}"

@@ -76,6 +76,7 @@ class QueueStore(StoreBase):
                 keys.worker_running(worker),
                 keys.lease(worker),
                 keys.worker_take(worker),
+                keys.delayed,
             ],
             args=[
                 count,
@@ -123,7 +124,7 @@ class QueueStore(StoreBase):
                 self.keys.waiting(capability),
                 self.keys.queue,
             ],
-            args=[execution_id, limit, self.keys.wake_channel],
+            args=[execution_id, limit, self.keys.wake_channel, self.keys.prefix],
         )
         return int(moved)
 

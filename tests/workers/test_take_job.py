@@ -71,13 +71,15 @@ async def test_the_worker_only_input_comes_with_the_take(engine: Engine) -> None
 
 
 async def test_a_stale_entry_is_dropped_and_a_deferred_one_is_not_taken(engine: Engine) -> None:
-    queue = engine.store.keys.queue
+    keys = engine.store.keys
     later = time.time() * 1000 + 60_000
-    await engine.redis.zadd(queue, {"forgotten": 1000, "later": later})
+    await engine.redis.zadd(keys.queue, {"forgotten": 1000})
+    await engine.redis.zadd(keys.delayed, {"later": later})
     took = await take(engine)
     assert took.taken == []  # no execution behind "forgotten": dropped
     assert took.next_due_ms == pytest.approx(later)  # the worker sleeps until then
-    assert await queue_of(engine) == ["later"]
+    assert await queue_of(engine) == []
+    assert await engine.redis.zrange(keys.delayed, 0, -1) == [b"later"]
 
 
 async def test_a_take_sent_again_answers_what_its_first_send_started(engine: Engine) -> None:

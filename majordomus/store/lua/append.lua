@@ -17,7 +17,8 @@
 -- been applied with its answer lost) is answered as the first was and changes nothing, so
 -- no event is doubled and a claim is not refused by its own first half.
 --
--- KEYS: snapshot, events, feed, idx:queued, idx:running, idx:finished, secret input, queue
+-- KEYS: snapshot, events, feed, idx:queued, idx:running, idx:finished, secret input, queue,
+--       delayed
 -- ARGV: id, timestamp, now_ms, retain_seconds, feed_max, worker, cancel_channel,
 --       stream_max, n, read_secret ('1': answer the worker-only input too, for a claim),
 --       key prefix, wake channel, steps_max, token ('' for none),
@@ -125,6 +126,7 @@ for i = 1, n do
       if from == 'queued' then  -- never taken: it is still in the queue
         redis.call('ZREM', KEYS[4], id)
         redis.call('ZREM', KEYS[8], id)
+        redis.call('ZREM', KEYS[9], id)
       else
         redis.call('ZREM', KEYS[5], id)
       end
@@ -146,7 +148,8 @@ for i = 1, n do
           local oldest = redis.call('ZRANGE', waiting, 0, free - 1)
           for j, member in ipairs(oldest) do
             redis.call('ZREM', waiting, member)
-            redis.call('ZADD', KEYS[8], at + j - 1, member)
+            local off = redis.call('HGET', prefix .. ':x:{' .. member .. '}', 'qoffset')
+            redis.call('ZADD', KEYS[8], at + j - 1 - (tonumber(off or '0') or 0), member)
           end
           if #oldest > 0 then redis.call('PUBLISH', wake, 'slot') end
         end

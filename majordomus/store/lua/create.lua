@@ -4,40 +4,89 @@
 -- is the job: a worker takes the execution by its id (`take.lua`), nothing else is kept.
 -- The same call sent twice creates one execution and answers both alike.
 --
--- KEYS: snapshot, events, feed, idx:all, idx:queued, secret input, queue,
---       the creation counter (idx:all is scored by it, so newest-first is exact)
+-- Due now, it enters the ready queue at its place (`qscore`: now, less its priority's head
+-- start, `majordomus.priorities`); due later, the delayed set, scored by its due time, from
+-- which the take moves it to that place when it is due. An idempotency key held by an
+-- execution that still exists answers that execution instead, whoever asks: the key and
+-- the execution are written in this one step, so two racing starts with one key create one.
+-- A retry (`retry_of`) names the attempt it retries, which is told `retried_as` here too.
+--
+-- KEYS: snapshot, events, feed, idx:all, idx:queued, secret input, queue, the creation
+--       counter (idx:all is scored by it, so newest-first is exact), delayed, idempotency
+--       key (or '' unused), the retried attempt's snapshot (or '' unused)
 -- ARGV: id, timestamp, now_ms, feed_max, capability, title, input JSON (redacted),
---       cancellable, actor, episode, secret JSON or '', secret ttl ms,
---       created data JSON, wake channel, max_concurrency (0: none)
+--       cancellable, actor, episode, secret JSON or '', secret ttl ms (also the
+--       idempotency key's), created data JSON, wake channel, max_concurrency (0: none),
+--       due ms (0: now), due timestamp, priority, its head start ms, fingerprint,
+--       key prefix, schedule or '', retry_of or '', attempts before, idempotency key text
+-- Answers {ahead}, or {-2, held id, its fingerprint} for a held idempotency key.
 local snap, stream, feed = KEYS[1], KEYS[2], KEYS[3]
-local id, ts, now, feed_max = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local id, ts, now, feed_max = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local due, head_ms = tonumber(ARGV[16]), tonumber(ARGV[19])
 local was = redis.call('HMGET', snap, 'created_ms', 'ahead')
 if was[1] then
   -- This very call sent again (its answer was lost and the client retried): the same
   -- answer. Ids are fresh per start, so any other existing id is an error.
-  if was[1] == now and was[2] then return tonumber(was[2]) end
-  return -1
+  if tonumber(was[1]) == now and was[2] then return {tonumber(was[2])} end
+  return {-1}
 end
-local ahead = redis.call('ZCARD', KEYS[5])
+if KEYS[10] ~= '' then
+  local held = redis.call('GET', KEYS[10])
+  if held then
+    local hid, hfp = string.match(held, '^(%S+) (%S*)$')
+    if hid and redis.call('EXISTS', ARGV[21] .. ':x:{' .. hid .. '}') == 1 then
+      return {-2, hid, hfp}
+    end
+  end
+end
+local ready = due <= now
+local at = now
+if not ready then at = due end
+local qscore = at - head_ms
+local ahead
+if ready then
+  ahead = redis.call('ZCOUNT', KEYS[7], '-inf', '(' .. qscore)
+else
+  ahead = redis.call('ZCOUNT', KEYS[7], '-inf', '(' .. qscore) +
+    redis.call('ZCOUNT', KEYS[9], '-inf', '(' .. due)
+end
 local order = redis.call('INCR', KEYS[8])
 local fields = {'id', id, 'capability', ARGV[5], 'title', ARGV[6], 'input', ARGV[7],
   'cancellable', ARGV[8], 'actor', ARGV[9], 'state', 'queued', 'created_at', ts,
-  'created_ms', now, 'last_seq', 2, 'attempt', 0, 'steps', '[]', 'diagnostics', '[]',
-  'diag_count', 0, 'ahead', ahead, 'order', order}
-if ARGV[10] ~= '' then fields[#fields + 1] = 'episode'; fields[#fields + 1] = ARGV[10] end
-if ARGV[15] ~= '0' then fields[#fields + 1] = 'conc_limit'; fields[#fields + 1] = ARGV[15] end
+  'created_ms', now, 'last_seq', 2, 'attempt', ARGV[24], 'steps', '[]', 'diagnostics', '[]',
+  'diag_count', 0, 'ahead', ahead, 'order', order, 'priority', ARGV[18], 'qoffset', head_ms}
+local function field(name, value)
+  fields[#fields + 1] = name; fields[#fields + 1] = value
+end
+if ARGV[10] ~= '' then field('episode', ARGV[10]) end
+if ARGV[15] ~= '0' then field('conc_limit', ARGV[15]) end
+if not ready then field('due_ms', due); field('due_at', ARGV[17]) end
+if ARGV[22] ~= '' then field('schedule', ARGV[22]) end
+if ARGV[23] ~= '' then field('retry_of', ARGV[23]) end
+if KEYS[10] ~= '' then field('idempotency_key', ARGV[25]) end
 redis.call('HSET', snap, unpack(fields))
 local head = '{"schema_version":"1","event_id":"' .. id .. '#'
 local mid = '","execution_id":"' .. id .. '","sequence":'
 local e1 = head .. '1' .. mid .. '1,"timestamp":"' .. ts .. '","type":"execution.created","data":' .. ARGV[13] .. '}'
-local e2 = head .. '2' .. mid .. '2,"timestamp":"' .. ts .. '","type":"execution.queued","data":{"ahead":' .. ahead .. '}}'
+local queued = '{"ahead":' .. ahead
+if not ready then queued = queued .. ',"due_at":"' .. ARGV[17] .. '"' end
+local e2 = head .. '2' .. mid .. '2,"timestamp":"' .. ts .. '","type":"execution.queued","data":' .. queued .. '}}'
 redis.call('XADD', stream, '1-0', 'e', e1)
 redis.call('XADD', stream, '2-0', 'e', e2)
 redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 1, 'e', e1)
 redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 2, 'e', e2)
 redis.call('ZADD', KEYS[4], order, id)
-redis.call('ZADD', KEYS[5], now, id)
+-- idx:queued is scored by when it is due, so a wait is counted from then.
+redis.call('ZADD', KEYS[5], at, id)
 if ARGV[11] ~= '' then redis.call('SET', KEYS[6], ARGV[11], 'PX', ARGV[12]) end
-redis.call('ZADD', KEYS[7], now, id)
+if ready then
+  redis.call('ZADD', KEYS[7], qscore, id)
+else
+  redis.call('ZADD', KEYS[9], due, id)
+end
+if KEYS[10] ~= '' then redis.call('SET', KEYS[10], id .. ' ' .. ARGV[20], 'PX', ARGV[12]) end
+if KEYS[11] ~= '' and redis.call('EXISTS', KEYS[11]) == 1 then
+  redis.call('HSET', KEYS[11], 'retried_as', id)
+end
 redis.call('PUBLISH', ARGV[14], id)
-return ahead
+return {ahead}

@@ -17,18 +17,26 @@
 -- first send started that are still this worker's, and takes nothing more: the worker's
 -- last take (token and ids) is kept under `worker:<id>:take` (`TAKE_KEPT_SECONDS`).
 --
+-- Work due later waits in the delayed set; each take first moves what has come due into
+-- the ready queue at its place in line (its due time less its priority's head start,
+-- `qoffset`), then takes from the queue's head: the lowest place first, so higher
+-- priorities first and, within one, first come first served.
+--
 -- KEYS: queue, idx:queued, idx:running, feed, the worker's running set, its lease, its
---       last take
+--       last take, delayed
 -- ARGV: count, worker, timestamp, feed_max, slot lease ms, key prefix, token, take ttl ms
--- Answers {next due (epoch ms) or false, then 4 items per execution started: id,
--- capability, worker-only input or false, its sequence}; or 'lapsed'.
+-- Answers {next due (epoch ms: now while ready work is left) or false, then 4 items per
+-- execution started: id, capability, worker-only input or false, its sequence}; or 'lapsed'.
 local queue, queued, running, feed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local mine, lease, last = KEYS[5], KEYS[6], KEYS[7]
+local mine, lease, last, delayed = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local count, worker, ts, feed_max = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
 local slot_ms, prefix, token = tonumber(ARGV[5]), ARGV[6], ARGV[7]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 local function next_due()
-  local head = redis.call('ZRANGE', queue, 0, 0, 'WITHSCORES')
+  if redis.call('ZCARD', queue) > 0 then return now end
+  local head = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
   if head[2] then return head[2] end
   return false
 end
@@ -50,12 +58,18 @@ if before and string.sub(before, 1, #token + 1) == token .. ' ' then
 end
 if redis.call('EXISTS', lease) == 0 then return 'lapsed' end
 
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- Due entries oldest first: by due time, then by creation order (entries due in the same
--- millisecond tie in the sorted set, which orders them by id). A full batch also reads
--- every other entry due in its last millisecond, so a tie at its edge is broken rightly.
-local due = redis.call('ZRANGEBYSCORE', queue, '-inf', now, 'WITHSCORES', 'LIMIT', 0, count)
+-- What has come due moves into the ready queue (a bounded batch; the rest next time).
+local ripe = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'WITHSCORES', 'LIMIT', 0, 256)
+for i = 1, #ripe, 2 do
+  local off = redis.call('HGET', prefix .. ':x:{' .. ripe[i] .. '}', 'qoffset')
+  redis.call('ZADD', queue, tonumber(ripe[i + 1]) - (tonumber(off or '0') or 0), ripe[i])
+  redis.call('ZREM', delayed, ripe[i])
+end
+-- The head of the line: by place, then by creation order (entries of one place tie in the
+-- sorted set, which orders them by id). A full batch also reads every other entry at its
+-- last place, so a tie at its edge is broken rightly.
+local due = {}
+if count > 0 then due = redis.call('ZRANGE', queue, 0, count - 1, 'WITHSCORES') end
 local seen = {}
 local cands = {}
 for i = 1, #due, 2 do
