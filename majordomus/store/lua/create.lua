@@ -43,13 +43,10 @@ local ready = due <= now
 local at = now
 if not ready then at = due end
 local qscore = at - head_ms
-local ahead
-if ready then
-  ahead = redis.call('ZCOUNT', KEYS[7], '-inf', '(' .. qscore)
-else
-  ahead = redis.call('ZCOUNT', KEYS[7], '-inf', '(' .. qscore) +
-    redis.call('ZCOUNT', KEYS[9], '-inf', '(' .. due)
-end
+-- Ahead: what the take serves first, every entry at or before its place (one at the same
+-- place was created before it, so comes first); for a delayed one, as things stand now.
+local ahead = redis.call('ZCOUNT', KEYS[7], '-inf', qscore)
+if not ready then ahead = ahead + redis.call('ZCOUNT', KEYS[9], '-inf', due) end
 local order = redis.call('INCR', KEYS[8])
 local fields = {'id', id, 'capability', ARGV[5], 'title', ARGV[6], 'input', ARGV[7],
   'cancellable', ARGV[8], 'actor', ARGV[9], 'state', 'queued', 'created_at', ts,

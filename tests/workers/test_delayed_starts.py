@@ -1,0 +1,129 @@
+"""Delayed starts: a start may name when it is due (`start_at`, `delay_ms`). It waits
+`queued` with its due time in the snapshot, outside the ready queue (no worker, no traffic),
+is started within milliseconds of that time by a worker sleeping until it, and a cancel
+before it ends it without ever running it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+
+from majordomus.engine import Engine
+from majordomus.start_options import StartOptions
+from tests.conftest import until
+from tests.workers.test_executions import types_of
+
+
+def _ms(stamp: str) -> int:
+    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+async def _started_ms(engine: Engine, execution_id: str) -> int | None:
+    raw = await engine.store.snapshot(execution_id)
+    assert raw is not None
+    started = raw.get(b"started_ms")
+    return int(started) if started else None
+
+
+async def test_a_delayed_start_waits_queued_with_its_due_time_and_starts_on_time(
+    engine: Engine, worker: Any
+) -> None:
+    due = int(time.time() * 1000) + 600
+    snap = await engine.start("tests.noop", {}, options=StartOptions(start_at_ms=due))
+    assert snap.state == "queued" and isinstance(snap.due_at, str)
+    assert _ms(snap.due_at) == due
+    read = await engine.get(snap.id)
+    assert (read.state, read.due_at) == ("queued", snap.due_at)
+    events = await engine.events(snap.id, 0, 10)
+    assert events.events[1].data.due_at == snap.due_at  # type: ignore[union-attr]
+    # Not in the ready queue while it waits: no worker takes it early.
+    keys = engine.store.keys
+    assert await engine.redis.zcard(keys.queue) == 0
+    assert await engine.redis.zscore(keys.delayed, snap.id) == due
+    final = await engine.wait(snap.id, 5000)
+    assert final.state == "succeeded"
+    started = await _started_ms(engine, snap.id)
+    assert started is not None and due <= started < due + 250, started - due
+    assert final.due_at == snap.due_at  # kept, so a reader sees how late it started
+
+
+async def test_delay_ms_and_start_at_over_http_shape_start_at_the_later_of_the_two(
+    engine: Engine,
+) -> None:
+    at = datetime.now(UTC) + timedelta(seconds=30)
+    snap = await engine.invoke(
+        "executions.start",
+        {"capability": "tests.noop", "start_at": at.isoformat(), "delay_ms": 60_000},
+    )
+    assert isinstance(snap.due_at, str)
+    assert _ms(snap.due_at) >= int(time.time() * 1000) + 59_000  # the delay, the later one
+    past = await engine.invoke(
+        "executions.start",
+        {"capability": "tests.noop", "start_at": "2001-01-01T00:00:00Z"},
+    )
+    assert past.due_at is msgspec.UNSET  # a time past is now
+    assert await engine.redis.zscore(engine.store.keys.queue, past.id) is not None
+
+
+async def test_a_delayed_start_cancelled_before_its_time_never_runs(
+    engine: Engine, worker: Any
+) -> None:
+    snap = await engine.start(
+        "tests.noop", {}, options=StartOptions(start_at_ms=int(time.time() * 1000) + 700)
+    )
+    answer = await engine.cancel(snap.id)
+    assert answer.outcome == "requested" and answer.execution.state == "cancelled"
+    assert await engine.redis.zscore(engine.store.keys.delayed, snap.id) is None
+    await asyncio.sleep(1.2)  # past its due time, with a worker idle beside it
+    assert (await engine.get(snap.id)).state == "cancelled"
+    assert "execution.started" not in await types_of(engine, snap.id)
+
+
+async def test_an_idle_worker_makes_no_extra_trips_while_delayed_work_waits(
+    engine: Engine, worker: Any
+) -> None:
+    """A thousand executions due in a minute: the worker sleeps until the first is due (or
+    its long-poll fallback), so Redis sees no polling for them."""
+    due = int(time.time() * 1000) + 60_000
+    for _ in range(1000):
+        await engine.start("tests.noop", {}, options=StartOptions(start_at_ms=due))
+    await asyncio.sleep(0.3)  # the wake-ups of those starts answered
+    store = worker.runtime.store
+    takes = 0
+    original = store.take
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal takes
+        takes += 1
+        return await original(*args, **kwargs)
+
+    store.take = counted
+    try:
+        await asyncio.sleep(3.0)
+    finally:
+        store.take = original
+    # The long-poll fallback (1 s) and the odd wake-up (the signal is server-wide, any
+    # database's starts send it), not a poll per entry nor a busy loop.
+    assert takes <= 10, takes
+    assert await engine.redis.zcard(engine.store.keys.delayed) == 1000
+
+
+async def test_many_delayed_executions_come_due_together_and_all_start(
+    engine: Engine, worker: Any
+) -> None:
+    due = int(time.time() * 1000) + 400
+    ids = [
+        (await engine.start("tests.noop", {}, options=StartOptions(start_at_ms=due))).id
+        for _ in range(300)
+    ]
+
+    async def all_done() -> bool:
+        states = await engine.store.states(ids)
+        return all(s == "succeeded" for s in states)
+
+    assert await until(all_done, timeout=20)
+    assert await engine.redis.zcard(engine.store.keys.delayed) == 0

@@ -1,0 +1,97 @@
+"""Priorities: a start may carry `low`, `normal` or `high` (its capability's by default).
+Higher levels are taken first across every worker, each level first come first served,
+`queued{ahead}` counts what will really be taken first, and a `low` execution is never
+starved: after twice `MAJORDOMUS_PRIORITY_AGING_SECONDS` it is ahead of newer `high` work."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from majordomus.engine import Engine
+from majordomus.registry import REGISTRY
+from majordomus.start_options import StartOptions
+from tests.conftest import make_settings, running_worker, until
+from tests.workers.test_take_job import take
+
+HIGH = StartOptions(priority="high")
+LOW = StartOptions(priority="low")
+
+
+async def _started_ms(engine: Engine, ids: list[str]) -> list[int]:
+    fields = await engine.store.snapshot_fields(ids, ["started_ms"])
+    return [int(f[0]) for f in fields if f[0] is not None]
+
+
+async def test_high_starts_go_before_the_low_ones_waiting_for_a_busy_worker(
+    redis: Any, redis_url: str
+) -> None:
+    cfg = make_settings(redis_url, max_jobs=1)
+    engine = Engine(redis, REGISTRY, cfg)
+    async with running_worker(redis, cfg):
+        busy = await engine.start("tests.sleepy", {"seconds": 1.0})
+        await until(lambda: _state_is(engine, busy.id, "running"))
+        lows = [(await engine.start("tests.noop", {}, options=LOW)).id for _ in range(200)]
+        highs = [await engine.start("tests.noop", {}, options=HIGH) for _ in range(20)]
+        # What is really ahead of each high one: the high ones before it, no low one.
+        assert [h.priority for h in highs] == ["high"] * 20
+        queued = [(await engine.events(h.id, 1, 1)).events[0] for h in highs]
+        assert [q.data.ahead for q in queued] == list(range(20))  # type: ignore[union-attr]
+        ids = [h.id for h in highs] + lows
+
+        async def all_done() -> bool:
+            return all(s == "succeeded" for s in await engine.store.states(ids))
+
+        assert await until(all_done, timeout=30)
+    high_started = await _started_ms(engine, [h.id for h in highs])
+    low_started = await _started_ms(engine, lows)
+    assert max(high_started) <= min(low_started)
+    # First come first served within each level.
+    assert high_started == sorted(high_started)
+    assert low_started == sorted(low_started)
+    order = await engine.store.snapshot_fields(ids, ["order", "started_ms"])
+    by_start = sorted(zip(ids, order, strict=True), key=lambda p: (int(p[1][1] or 0), int(p[1][0] or 0)))
+    assert [i for i, _ in by_start] == ids
+
+
+async def _state_is(engine: Engine, execution_id: str, state: str) -> bool:
+    return (await engine.get(execution_id)).state == state
+
+
+async def test_a_start_takes_its_capabilitys_priority_unless_it_names_one(
+    engine: Engine,
+) -> None:
+    plain = await engine.start("tests.noop", {})
+    assert plain.priority == "normal"
+    assert (await engine.get(plain.id)).priority == "normal"
+    named = await engine.invoke(
+        "executions.start", {"capability": "tests.noop", "priority": "high"}
+    )
+    assert (await engine.get(named.id)).priority == "high"
+    took = await take(engine, count=2)
+    assert [t.execution_id for t in took.taken] == [named.id, plain.id]
+
+
+async def test_a_low_execution_is_not_starved_by_newer_high_ones(redis: Any, redis_url: str) -> None:
+    engine = Engine(redis, REGISTRY, make_settings(redis_url, priority_aging_seconds=0.1))
+    fresh_low = await engine.start("tests.noop", {}, options=LOW)
+    fresh_high = await engine.start("tests.noop", {}, options=HIGH)
+    took = await take(engine, count=1)
+    assert [t.execution_id for t in took.taken] == [fresh_high.id]  # new: high first
+    await asyncio.sleep(0.25)  # the low one has waited over twice the aging period
+    newer_high = await engine.start("tests.noop", {}, options=HIGH)
+    took = await take(engine, count=2)
+    assert [t.execution_id for t in took.taken] == [fresh_low.id, newer_high.id]
+
+
+async def test_an_unknown_priority_is_refused_by_shape(engine: Engine) -> None:
+    from majordomus.errors import MajordomusError
+
+    try:
+        await engine.invoke("executions.start", {"capability": "tests.noop", "priority": "urgent"})
+    except MajordomusError as exc:
+        assert exc.code == "invalid_input"
+        assert "priority" in exc.message
+    else:
+        raise AssertionError("an unknown priority was accepted")
+    assert await engine.redis.zcard(engine.store.keys.queue) == 0
