@@ -29,7 +29,7 @@ import json
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Collection, Coroutine, MutableMapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -678,6 +678,9 @@ class RunRequest:
     members: dict[str, Any]
     """Members given as options, as their text."""
     detach: bool
+    start: dict[str, Any] = field(default_factory=dict)
+    """`executions.start`'s own members given as options (`--delay-ms`, `--priority`...),
+    as their text."""
 
 
 def run_command(start: Capability, cap: Capability | None) -> Callable[..., None]:
@@ -687,6 +690,7 @@ def run_command(start: Capability, cap: Capability | None) -> Callable[..., None
     options: list[InputOption] = []
     if cap is not None:
         options = [replace(o, positional=False, required=False) for o in input_options(cap)]
+    starting = start_options(start, {o.flag for o in options})
 
     def run(**values: Any) -> None:
         ctx: typer.Context = values.pop("ctx")
@@ -698,11 +702,13 @@ def run_command(start: Capability, cap: Capability | None) -> Callable[..., None
             path=values.pop("input_file"),
             members={o.member: values[o.param] for o in options if values.get(o.param) is not None},
             detach=values.pop("detach"),
+            start={o.member: values[o.param] for o in starting if values.get(o.param) is not None},
         )
         execute(lambda: start_and_follow(start, cap, given, fmt, api), fmt)
 
     params = [_keyword("ctx", inspect.Parameter.empty, typer.Context)]
     params += [_typer_parameter(o) for o in options]
+    params += [_typer_parameter(o) for o in starting]
     params += [
         _keyword(
             "input",
@@ -756,6 +762,26 @@ def run_group(start: Capability, reg: Registry) -> typer.Typer:
     return group
 
 
+START_OWN = ("capability", "input", "episode")
+"""Members of `executions.start`'s input that `run` fills itself (the capability named, its
+input from the options or `--input`, the episode none); the rest are options of `run`."""
+
+
+def start_options(start: Capability, taken: set[str]) -> list[InputOption]:
+    """`executions.start`'s own members (when, priority, idempotency key) as options of
+    `run <cap>`, each `--<member>`, or `--start-<member>` where the capability's input
+    already has that flag (`executions.demonstrate --delay-ms` is its own)."""
+    options = []
+    for o in input_options(start):
+        if o.member in START_OWN:
+            continue
+        flag = o.flag if o.flag not in taken else "--start-" + o.flag.removeprefix("--")
+        options.append(
+            replace(o, param="start_" + o.param, flag=flag, positional=False, required=False)
+        )
+    return options
+
+
 def input_of(cap: Capability | None, given: RunRequest) -> Any:
     """The input to start with: `--input` (or its file), its members replaced by the options."""
     raw = read_input(given.text, given.path)
@@ -790,6 +816,7 @@ async def start_and_follow(
         request: dict[str, Any] = {"capability": capability}
         if raw_input is not None:  # none given: left out, as the schema says (an object)
             request["input"] = raw_input
+        request.update(typed_input(start, given.start))
         snap = await t.call(start, request)
         execution_id = typed(snap, ExecutionSnapshot, t.where).id
         if given.detach:
