@@ -33,7 +33,10 @@ import redis as redis_sync
 from bench.harness import Bench, Row, workdir
 from majordomus.store.embedded import EmbeddedRedis
 
-SCENARIOS = ("throughput", "pickup", "events", "history", "live", "memory", "cli", "redis_cost", "peers", "console")
+SCENARIOS = (
+    "throughput", "pickup", "events", "history", "live", "memory", "cli", "redis_cost", "peers",
+    "console", "over_time",
+)
 """Modules of `bench/`, in the order they run and are numbered in BENCHMARKS.md."""
 MODULES = {"cli": "cli_e2e"}
 DEFAULT_URL = "redis://127.0.0.1:6379/14"
