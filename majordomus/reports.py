@@ -22,7 +22,7 @@ from msgspec import UNSET, UnsetType
 from majordomus.errors import ExecutionError
 from majordomus.model import ProgressView
 from majordomus.states import ExecutionState
-from majordomus.store.clock import now_stamp
+from majordomus.store.clock import now_stamp, stamp_of
 
 if TYPE_CHECKING:
     # Only named in annotations: the report types are declared without the engine.
@@ -43,9 +43,15 @@ class QueuedCapability(msgspec.Struct):
 
     capability: str
     count: int
-    oldest: str
-    """The id of the one waiting longest."""
+    """How many are due (start_at past, or none): waiting for a worker now."""
+    oldest: str | None
+    """The id of the one waiting longest (None when none is due yet)."""
     oldest_wait_seconds: float
+    """Since the oldest came due (0 when none is)."""
+    delayed: int = 0
+    """How many wait for their `start_at` (a delayed start, a retry's backoff)."""
+    next_due_at: str | None = None
+    """When the first of those is due, RFC 3339 UTC."""
 
 
 class RunningExecution(msgspec.Struct, omit_defaults=True):
@@ -94,6 +100,7 @@ class QueueReport(msgspec.Struct):
 
     taken_at: str
     queued: int
+    """Every `queued` execution, delayed ones included."""
     running: int
     queued_by_capability: list[QueuedCapability]
     running_executions: list[RunningExecution]
@@ -150,24 +157,32 @@ async def worker_presence(engine: Engine, held: Counter[str] | None = None) -> l
 
 
 async def _queued(store: Store, now_ms: int) -> tuple[int, list[QueuedCapability]]:
-    entries = await store.queued_ids()
+    entries = await store.queued_ids()  # scored by when each is (or was) due
     ids = [i for i, _ in entries]
     capabilities = await store.snapshot_fields(ids, ["capability"])
     counts: Counter[str] = Counter()
+    later: Counter[str] = Counter()
     oldest: dict[str, tuple[int, str]] = {}
-    for (execution_id, created_ms), (cap,) in zip(entries, capabilities, strict=False):
+    first_due: dict[str, int] = {}
+    for (execution_id, due_ms), (cap,) in zip(entries, capabilities, strict=False):
         name = _text(cap) or "?"
+        if due_ms > now_ms:
+            later[name] += 1
+            first_due[name] = min(due_ms, first_due.get(name, due_ms))
+            continue
         counts[name] += 1
-        if name not in oldest or created_ms < oldest[name][0]:
-            oldest[name] = (created_ms, execution_id)
+        if name not in oldest or due_ms < oldest[name][0]:
+            oldest[name] = (due_ms, execution_id)
     groups = [
         QueuedCapability(
             capability=name,
-            count=count,
-            oldest=oldest[name][1],
-            oldest_wait_seconds=_seconds_since(oldest[name][0], now_ms),
+            count=counts[name],
+            oldest=oldest[name][1] if name in oldest else None,
+            oldest_wait_seconds=_seconds_since(oldest[name][0], now_ms) if name in oldest else 0.0,
+            delayed=later[name],
+            next_due_at=stamp_of(first_due[name]) if name in first_due else None,
         )
-        for name, count in counts.items()
+        for name in sorted({*counts, *later})
     ]
     groups.sort(key=lambda g: (-g.oldest_wait_seconds, g.capability))
     return len(entries), groups

@@ -204,6 +204,13 @@ def snapshot(console: Console, snap: ExecutionSnapshot) -> None:
         ("duration", duration_text(snap.duration_ms)),
         ("progress", progress_of(snap.progress)),
         ("worker", snap.worker),
+        ("attempt", str(snap.attempt) if snap.attempt else None),
+        ("priority", snap.priority if snap.priority != "normal" else None),
+        ("due", snap.due_at),
+        ("schedule", snap.schedule),
+        ("idempotency key", snap.idempotency_key),
+        ("retry of", snap.retry_of),
+        ("retried as", snap.retried_as),
         ("actor", snap.actor),
         ("episode", snap.episode),
         ("events", f"{min(snap.event_count, LIMITS.stream_events)} kept of {snap.event_count}"),
@@ -599,9 +606,20 @@ def queue_view(report: QueueReport) -> RenderableType:
 def queued_table(groups: list[QueuedCapability]) -> RenderableType:
     if not groups:
         return Text("nothing queued", style="dim")
-    columns: list[Column] = ["capability", ("count", NUMBER), ("oldest wait", NUMBER), "oldest"]
+    columns: list[Column] = [
+        "capability", ("count", NUMBER), ("oldest wait", NUMBER), "oldest", ("delayed", NUMBER),
+        "next due",
+    ]
     rows = (
-        (g.capability, str(g.count), seconds_text(g.oldest_wait_seconds), g.oldest) for g in groups
+        (
+            g.capability,
+            str(g.count),
+            seconds_text(g.oldest_wait_seconds) if g.oldest else "-",
+            g.oldest or "-",
+            str(g.delayed),
+            g.next_due_at or "-",
+        )
+        for g in groups
     )
     return table("queued", columns, rows)
 

@@ -356,7 +356,10 @@ function executionPage(params, id) {
       ["State", x.state], ["Capability", x.capability + " · " + x.title],
       ["Created", time(x.created_at)], ["Started", time(x.started_at)], ["Finished", time(x.finished_at)],
       ["Duration", duration(x.duration_ms)], ["Started by", x.actor], ["Worker", x.worker || "—"],
-      ["Attempt", String(x.attempt)], ["Episode", x.episode || "—"],
+      ["Attempt", String(x.attempt)], ["Priority", x.priority || "normal"], ["Due", x.due_at ? time(x.due_at) : "at once"],
+      ["Retry of", x.retry_of ? link("/executions/" + x.retry_of, x.retry_of, {class: "mono"}) : "—"],
+      ["Retried as", x.retried_as ? link("/executions/" + x.retried_as, x.retried_as, {class: "mono"}) : "—"],
+      ["Schedule", x.schedule || "—"], ["Idempotency key", x.idempotency_key || "—"], ["Episode", x.episode || "—"],
       ["Events", el("span", {id: "x-count"})], ["Cancellable", x.cancellable ? "yes" : "no"],
     ];
     facts.replaceChildren(...rowsOf.flatMap(([k, v]) => [el("dt", {text: k}), el("dd", {}, v)]));
@@ -543,7 +546,7 @@ function executionPage(params, id) {
 
 function queuePage() {
   const taken = el("p", {id: "q-taken", class: "muted", "aria-live": "off"});
-  const backlog = tableOf(["Capability", "Waiting", "Oldest wait", "Oldest"], "Backlog by capability");
+  const backlog = tableOf(["Capability", "Waiting", "Oldest wait", "Oldest", "Delayed", "Next due"], "Backlog by capability");
   backlog.body.id = "q-backlog";
   const running = el("div", {id: "q-running"});
   const workers = tableOf(["Worker", "Host", "PID", "Running", "Last beat", "Status"], "Workers");
@@ -566,7 +569,8 @@ function queuePage() {
   const executionLink = (id) => link("/executions/" + id, id, {class: "mono"});
   const backlogRow = (g) => el("tr", {"data-capability": g.capability},
     el("td", {text: g.capability}), el("td", {text: String(g.count)}),
-    age(g.oldest_wait_seconds, " s"), el("td", {}, executionLink(g.oldest)));
+    age(g.oldest_wait_seconds, " s"), el("td", {}, g.oldest ? executionLink(g.oldest) : null),
+    el("td", {text: String(g.delayed || 0)}), el("td", {}, g.next_due_at ? time(g.next_due_at) : null));
   const runningItem = (r) => el("li", {"data-id": r.id}, executionLink(r.id), el("span", {text: ` ${r.capability} `}),
     el("span", {class: "c-state"}, badge(r.state)),
     el("span", {text: " "}), r.running_seconds !== undefined ? age(r.running_seconds, " s", null, "span") : null,
@@ -589,7 +593,7 @@ function queuePage() {
     taken.textContent = `As of ${clock(q.taken_at)}: ${q.queued} queued, ${q.running} running; ` +
       `a worker is silent after ${q.lease_seconds} s without a beat.`;
     setCounts(q.queued + q.running, q.queued);
-    fill(backlog.body, q.queued_by_capability.map(backlogRow), 4, "Nothing waits.");
+    fill(backlog.body, q.queued_by_capability.map(backlogRow), 6, "Nothing waits.");
     const byWorker = new Map();
     for (const r of q.running_executions) {
       const w = r.worker || "(no worker)";
