@@ -364,7 +364,11 @@ def create_app(
 
     # The API sweeps too, so executions of dead workers are failed with no worker left.
     sweeper = Sweeper(
-        engine.store, settings, f"api:{client_name()}", concurrency_of(engine.registry)
+        engine.store,
+        settings,
+        f"api:{client_name()}",
+        concurrency_of(engine.registry),
+        engine=engine,
     )
 
     @asynccontextmanager

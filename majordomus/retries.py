@@ -250,7 +250,7 @@ def exhausted(snap: ExecutionSnapshot, policy: Retry) -> ExecutionDiagnostic:
         "info",
         RETRY_EXHAUSTED,
         f"attempt {snap.attempt} of {policy.attempts} failed: no attempt is left",
-        f"the chain began at {snap.retry_of}" if isinstance(snap.retry_of, str) else None,
+        f"it retried {snap.retry_of}" if isinstance(snap.retry_of, str) else None,
     )
 
 

@@ -18,8 +18,20 @@ that finished meanwhile, or that a sweeper before it failed, is not failed again
 worker whose last beat is `PRESENCE_SECONDS` old is forgotten. About once a minute
 (`PRUNE_EVERY_SECONDS`) the holder also prunes finished executions past retention.
 
-This module decides nothing about a worker but by its lease, reruns nothing, and names no
-Redis command: it calls store methods only.
+A lost execution whose capability's retry policy retries `unavailable`
+(`majordomus.retries`) counts as an attempt: when attempts remain, the sweeper starts the
+chain's next attempt (from the unredacted input, read before the failure deletes it) and
+then fails the lost one with a `retry.scheduled` diagnostic before its `execution.failed`,
+the order the worker keeps, so the link is there before the failure is seen. An attempt
+already linked (its worker died between starting the retry and failing) is not retried
+again; the retry's idempotency key makes a second start answer the first anyway. A retry
+made for an execution that then turns out not to be lost (its worker renewed its lease in
+between: the failure is refused) is cancelled at once; it is due no sooner than
+`LOST_RETRY_FLOOR_MS`, so no worker can have taken it by then.
+
+This module decides nothing about a worker but by its lease, reruns nothing of the lost
+attempt itself, and names no Redis command: it calls store methods (and, for a retry, the
+engine's start and cancel) only.
 """
 
 from __future__ import annotations
@@ -30,6 +42,8 @@ import logging
 import secrets
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -37,11 +51,17 @@ from majordomus.config import Settings
 from majordomus.errors import MajordomusError
 from majordomus.loops import Failures, stop_task, within
 from majordomus.metrics import METRICS
+from majordomus.model import ExecutionDiagnostic
 from majordomus.registry import Registry
+from majordomus.retries import attempts_left, exhausted, start_next_attempt
 from majordomus.states import FINAL
 from majordomus.store.clock import now_stamp
-from majordomus.store.executions import Store
+from majordomus.store.executions import AppendResult, EventWrite, Store
+from majordomus.store.failures import UNREACHABLE
 from majordomus.store.workers import PRESENCE_SECONDS
+
+if TYPE_CHECKING:
+    from majordomus.engine import Engine
 
 log = logging.getLogger("majordomus.sweeper")
 
@@ -77,6 +97,11 @@ RELEASE_SECONDS = 2.0
 SHOWN_IDS = 5
 """Execution ids named in the one log line of a dead worker's sweep."""
 
+LOST_RETRY_FLOOR_MS = 1000
+"""The shortest delay of a lost attempt's retry, whatever its policy's backoff: time enough
+to cancel it before any worker can take it, should the lost one's worker renew its lease
+between the sweeper's look and its failure (which is then refused)."""
+
 
 def sweep_interval(settings: Settings) -> float:
     """Seconds between two tries (and two passes of the holder)."""
@@ -97,6 +122,24 @@ def failed_data(error: MajordomusError, execution_id: str) -> bytes:
 def lost_event(execution_id: str) -> bytes:
     """The data of the `execution.failed` that ends an execution whose worker died."""
     return failed_data(WORKER_LOST, execution_id)
+
+
+@dataclass(frozen=True)
+class _LostEnd:
+    """How the sweeper ends one lost attempt: the events before its failure, and the
+    retry it started for it (None: not retried)."""
+
+    before: list[EventWrite]
+    retry: str | None = None
+
+
+def retries_lost(registry: Registry) -> frozenset[str]:
+    """The capabilities whose retry policy retries an attempt lost with its worker."""
+    return frozenset(c.id for c in registry if c.retry and c.retry.retries_code("unavailable"))
+
+
+def _diagnostic_event(diag: ExecutionDiagnostic) -> EventWrite:
+    return ("execution.diagnostic", msgspec.json.encode(diag))
 
 
 def _raise_if_cancelled() -> None:
@@ -122,12 +165,17 @@ class Sweeper:
         settings: Settings,
         holder: str,
         concurrency: Mapping[str, int] | None = None,
+        engine: Engine | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
         self.concurrency = dict(concurrency or {})
         """The `max_concurrency` of each capability that has one: the queue's upkeep
         promotes their waiting executions when a slot ran out without a terminal event."""
+        self.engine = engine
+        """The engine retries start through (on this store), with the registry whose
+        policies say which lost attempts are retried; None: none is."""
+        self.retrying = retries_lost(engine.registry) if engine is not None else frozenset()
         self.holder = f"{holder}:{secrets.token_hex(4)}"
         """Who this candidate is in the lock's value: the process, and one token more,
         so two candidates of one process never take each other's lock for their own."""
@@ -233,15 +281,10 @@ class Sweeper:
             if not await self._still_holding():
                 break
             batch = execution_ids[start : start + FAIL_BATCH]
-            results = await asyncio.gather(
-                *(
-                    self.store.append(x, [("execution.failed", lost_event(x))], if_lapsed=worker_id)
-                    for x in batch
-                )
-            )
+            results = await asyncio.gather(*(self._fail_lost(worker_id, x) for x in batch))
             swept = [x for x, result in zip(batch, results, strict=True) if result.complete]
             METRICS.swept.inc(len(swept))
-            METRICS.events_appended(len(swept))
+            METRICS.events_appended(sum(r.applied for r in results))
             failed += swept
             # The terminal event took the failed ones out of the set; this takes out those
             # that had ended already, or that Redis no longer knows. One refused while still
@@ -275,3 +318,68 @@ class Sweeper:
         self.holding = await self.store.hold_sweeper_lock(self.holder, self.lock_ms, renew=True)
         self._renewed_at = time.monotonic()
         return self.holding
+
+    # -- one lost attempt -------------------------------------------------------------
+
+    async def _fail_lost(self, worker_id: str, execution_id: str) -> AppendResult:
+        """Fail one execution of a lost worker (only while that worker's lease is lapsed,
+        checked in the same atomic step), retrying it first when its policy says so."""
+        end = _LostEnd([])
+        if self.retrying:
+            end = await self._retry_lost(execution_id)
+        events = [*end.before, ("execution.failed", lost_event(execution_id))]
+        result = await self.store.append(execution_id, events, if_lapsed=worker_id)
+        if end.retry is not None and not result.complete and result.state != "failed":
+            # Not lost after all (its worker renewed its lease, so it runs on), or ended
+            # otherwise meanwhile: the retry made for it is no attempt of its chain.
+            log.warning(
+                "execution_id=%s was not lost after all: cancelling the retry %s made for it",
+                execution_id,
+                end.retry,
+            )
+            await self._withdraw(end.retry)
+        return result
+
+    async def _retry_lost(self, execution_id: str) -> _LostEnd:
+        """Start the next attempt of a lost one whose policy retries `unavailable`, and say
+        so in its history; or say that no attempt is left. Redis away raises (the next pass
+        tries again, and finds the link if this one got as far as making it); any other
+        failure to start it leaves the lost one failed, unretried, as without a policy."""
+        engine = self.engine
+        assert engine is not None
+        raw = await self.store.snapshot(execution_id)
+        if raw is None or raw.get(b"capability", b"").decode() not in self.retrying:
+            return _LostEnd([])
+        snap = engine.snapshot_from(raw)
+        cap = engine.registry.get(snap.capability)
+        if cap is None or cap.retry is None or snap.state != "running":
+            return _LostEnd([])  # a cancel was asked of it: never retried
+        if not attempts_left(snap, cap.retry):
+            return _LostEnd([_diagnostic_event(exhausted(snap, cap.retry))])
+        try:
+            worker_input = await self.store.worker_input(execution_id)
+            following = await start_next_attempt(
+                engine, cap, snap, worker_input, floor_ms=LOST_RETRY_FLOOR_MS
+            )
+            # As the worker does: a cancel that landed meanwhile (it read no link yet)
+            # is seen here, and the retry is cancelled with the chain.
+            if (await self.store.states([execution_id]))[0] == "cancelling":
+                await self._withdraw(following.execution_id)
+                return _LostEnd([])
+        except UNREACHABLE:
+            raise
+        except Exception as exc:  # noqa: BLE001  failed unretried, as without a policy
+            log.warning("execution_id=%s: its retry could not be started: %s", execution_id, exc)
+            return _LostEnd([])
+        # Only a retry this pass made is withdrawn should the failure be refused; one found
+        # linked already is its worker's, which may yet fail the attempt itself.
+        made = following.execution_id if following.delay_ms is not None else None
+        return _LostEnd([_diagnostic_event(following.diagnostic())], made)
+
+    async def _withdraw(self, retry_id: str) -> None:
+        """Cancel a retry that must not run (it is due later: still queued)."""
+        assert self.engine is not None
+        try:
+            await self.engine.cancel(retry_id, by="sweeper")
+        except Exception as exc:  # noqa: BLE001  said; a cancel of it by hand ends it too
+            log.warning("could not cancel the retry %s: %s", retry_id, exc)

@@ -3,8 +3,10 @@
 `WorkerRuntime.run_taken` runs one execution the worker took: the take already moved it
 queued -> running (an atomic step only one worker can win, so an execution never runs
 twice) and answered its worker-only input; this runs the handler with a reporting context
-and ends it with exactly one terminal event. Beside that the runtime keeps the worker's
-lease and presence fresh, listens for wake-up and cancel signals on one pub/sub connection, and sweeps executions
+and ends it with exactly one terminal event; a failure its capability's retry policy
+retries starts the chain's next attempt first (`majordomus.retries`), so the link exists
+before the failure is seen. Beside that the runtime keeps the worker's lease and presence
+fresh, listens for wake-up and cancel signals on one pub/sub connection, and sweeps executions
 whose worker stopped renewing its lease. Every read and write goes through the store; no
 Redis command is named here.
 """
@@ -28,12 +30,15 @@ from majordomus.engine import Engine, call_handler
 from majordomus.errors import MajordomusError
 from majordomus.loops import Failures, stop_task, within
 from majordomus.metrics import METRICS
-from majordomus.registry import Registry
+from majordomus.model import ExecutionDiagnostic
+from majordomus.registry import Capability, Registry
+from majordomus.retries import attempts_left, exhausted, start_next_attempt
 from majordomus.schemas import secret_values
 from majordomus.states import FINAL
 from majordomus.store.clock import now_stamp
 from majordomus.store.connect import RedisClient
 from majordomus.store.executions import encode
+from majordomus.store.failures import UNREACHABLE
 from majordomus.store.queue import Taken
 from majordomus.store.workers import Presence
 from majordomus.sweeper import Sweeper, concurrency_of, failed_data
@@ -46,6 +51,20 @@ SUBSCRIBE_WAIT_SECONDS = 10.0
 LISTENER_RETRY_CAP_SECONDS = 1.0
 """The longest wait between two subscription attempts while Redis is away: wake-ups and
 cancels are heard again within a second of its return."""
+
+RETRY_START_SECONDS = 300.0
+"""How long a worker keeps trying, through an outage, to start the retry of an attempt
+that failed retryably (as long as its reports are kept, `REPORTS_KEPT_SECONDS`); past it the
+attempt ends failed, unretried. (Its lease may lapse sooner: the sweeper then fails it and
+starts the same next attempt, found by its idempotency key.)"""
+
+RETRY_START_RETRY_CAP_SECONDS = 1.0
+"""The longest wait between two tries at starting a retry while Redis is away."""
+
+
+def _report(ctx: ExecutionContext, diag: ExecutionDiagnostic) -> None:
+    ctx.diagnostic(diag.severity, diag.code, diag.summary, diag.detail, diag.suggestion)
+
 
 class Running:
     """One execution this worker is running."""
@@ -232,7 +251,11 @@ class WorkerRuntime:
         """This worker's candidacy for the cluster's one sweeper (`majordomus.sweeper`):
         it sweeps while elected and releases the lock when the worker stops."""
         await Sweeper(
-            self.store, self.settings, f"worker:{self.worker_id}", concurrency_of(self.registry)
+            self.store,
+            self.settings,
+            f"worker:{self.worker_id}",
+            concurrency_of(self.registry),
+            engine=self.engine,
         ).run()
 
     # -- one execution --------------------------------------------------------------
@@ -258,7 +281,7 @@ class WorkerRuntime:
             cap, execution_id, taken.secret, bool(cap.max_concurrency)
         )
 
-    async def _run_claimed(self, cap: Any, execution_id: str, secret: bytes | None, slot: bool) -> str:
+    async def _run_claimed(self, cap: Capability, execution_id: str, secret: bytes | None, slot: bool) -> str:
         ctx = ExecutionContext(
             self.store,
             execution_id,
@@ -270,21 +293,21 @@ class WorkerRuntime:
         self.running[execution_id] = run
         METRICS.events_appended(1)  # its execution.started, written as this worker took it
         try:
-            value = msgspec.json.decode(secret or b"{}", type=cap.input)
+            value: Any = msgspec.json.decode(secret or b"{}", type=cap.input)
             # Held at its awaits while its reports wait past their bound (`ctx.held`).
             handler = asyncio.ensure_future(ctx.held(call_handler(cap, ctx, value)))
             run.task = handler
             try:
                 output = await handler
             except ExecutionCancelled as exc:
-                return await self._end_cancelled(ctx, exc)
+                return await self._end_cancelled(ctx, exc, cap, secret)
             except asyncio.CancelledError as exc:
                 me = asyncio.current_task()
                 if me is not None and me.cancelling():
                     raise  # the worker itself is being torn down
-                return await self._end_cancelled(ctx, exc)
+                return await self._end_cancelled(ctx, exc, cap, secret)
             except Exception as exc:
-                return await self._end_failed(ctx, exc)
+                return await self._end_failed(ctx, exc, cap, secret)
             result = await ctx.finish(
                 "execution.completed", b'{"output":' + encode(output) + b"}"
             )
@@ -298,21 +321,82 @@ class WorkerRuntime:
                 self._forgotten.append(execution_id)  # said by the next beat
             self.running.pop(execution_id, None)
 
-    async def _end_cancelled(self, ctx: ExecutionContext, exc: BaseException) -> str:
+    async def _end_cancelled(
+        self, ctx: ExecutionContext, exc: BaseException, cap: Capability, secret: bytes | None
+    ) -> str:
         if ctx.lost:
             return "lost"
         if not ctx.cancelled():
-            return await self._end_failed(ctx, exc)
+            return await self._end_failed(ctx, exc, cap, secret)
         result = await ctx.finish("execution.cancelled", b"")
         return result.state
 
-    async def _end_failed(self, ctx: ExecutionContext, exc: BaseException) -> str:
+    async def _end_failed(
+        self, ctx: ExecutionContext, exc: BaseException, cap: Capability, secret: bytes | None
+    ) -> str:
         execution_id = ctx.execution_id or ""
         error = error_of(exc, execution_id)
         if error.code == "internal" and not isinstance(exc, MajordomusError):
             log.error("execution_id=%s failed", execution_id, exc_info=exc)
+        if cap.retry is not None and cap.retry.retries(exc):
+            await self._retry_before_failing(ctx, cap, secret)
         result = await ctx.finish("execution.failed", failed_data(error, execution_id))
         return result.state
+
+    async def _retry_before_failing(
+        self, ctx: ExecutionContext, cap: Capability, secret: bytes | None
+    ) -> None:
+        """A retryable failure, before its `execution.failed`: start the chain's next
+        attempt (`majordomus.retries`) and say so in this one's history, or say that no
+        attempt is left. Through an outage it keeps trying for `RETRY_START_SECONDS` (each
+        try answers the one next attempt, however many were sent); a failure to start it
+        otherwise (its input no longer valid, say) leaves this attempt failed, unretried,
+        and says why in the log. A cancel asked of this attempt is never retried."""
+        execution_id = ctx.execution_id
+        failures = Failures(
+            log,
+            f"execution_id={execution_id}: starting its retry",
+            cap=RETRY_START_RETRY_CAP_SECONDS,
+            traceback=False,
+            loop="retry_start",
+        )
+        deadline = time.monotonic() + RETRY_START_SECONDS
+        while not (ctx.cancelled() or ctx.lost):
+            try:
+                await self._start_next_attempt(ctx, cap, secret)
+                failures.recovered()
+                return
+            except UNREACHABLE as exc:
+                failures.failed(exc)
+                if time.monotonic() > deadline:
+                    log.warning("execution_id=%s: its retry could not be started", execution_id)
+                    return
+                await failures.pause()
+            except Exception as exc:  # noqa: BLE001  it ends failed, unretried, as without a policy
+                log.warning(
+                    "execution_id=%s: its retry could not be started: %s", execution_id, exc
+                )
+                return
+
+    async def _start_next_attempt(
+        self, ctx: ExecutionContext, cap: Capability, secret: bytes | None
+    ) -> None:
+        assert cap.retry is not None
+        execution_id = ctx.execution_id
+        snap = await self.engine.get(execution_id)
+        if snap.state != "running":  # a cancel was asked of it, or it ended elsewhere
+            return
+        if not attempts_left(snap, cap.retry):
+            _report(ctx, exhausted(snap, cap.retry))
+            return
+        following = await start_next_attempt(self.engine, cap, snap, secret)
+        # A cancel asks for cancelling, then looks for `retried_as`; this wrote `retried_as`
+        # and looks for cancelling: at least one of the two sees the other and cancels the
+        # next attempt, so a cancel racing the failure still ends the chain.
+        if (await self.store.states([execution_id]))[0] == "cancelling":
+            await self.engine.cancel(following.execution_id, by="retry")
+            return
+        _report(ctx, following.diagnostic())
 
     # -- stopping ---------------------------------------------------------------------
 

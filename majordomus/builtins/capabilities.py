@@ -13,6 +13,7 @@ import msgspec
 
 from majordomus.builtins.common import control
 from majordomus.registry import REGISTRY, Capability, Registry, capability
+from majordomus.retries import RetryView
 
 if TYPE_CHECKING:
     from majordomus.context import Context
@@ -44,6 +45,8 @@ class CapabilityView(msgspec.Struct):
     cancellable: bool
     executable: bool
     max_concurrency: int | None
+    retry: RetryView | None
+    """Its retry policy (`majordomus.retries`); null: a failed execution is not retried."""
     tags: list[str]
     exposure: ExposureView
     input_schema: dict[str, Any]
@@ -72,6 +75,7 @@ def view_of(cap: Capability) -> CapabilityView:
         cancellable=cap.cancellable,
         executable=cap.executable,
         max_concurrency=cap.max_concurrency,
+        retry=cap.retry.view() if cap.retry is not None else None,
         tags=list(cap.tags),
         exposure=ExposureView(
             e.mcp_tool,
