@@ -1,7 +1,8 @@
 """majordomus: capabilities declared once, run as executions anyone can watch.
 
 The public surface for people declaring capabilities: `capability`, `Context`,
-`ExecutionCancelled`, `MajordomusError`, `Secret`. Everything else is reached through
+`ExecutionCancelled`, `MajordomusError`, `Secret`, and what a declaration may carry:
+`Retry` (its retry policy) and `Schedule` (its cron schedules). Everything else is reached through
 the surfaces (HTTP, SSE, MCP, CLI) or the engine.
 
 Each name is imported from its module when it is first asked for, so importing any part
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
     from majordomus.context import Context, ExecutionCancelled
     from majordomus.errors import MajordomusError
     from majordomus.registry import capability
+    from majordomus.retries import Retry
+    from majordomus.schedules import Schedule
     from majordomus.schemas import Secret
 
 _HOME = {
@@ -25,6 +28,8 @@ _HOME = {
     "ExecutionCancelled": "majordomus.context",
     "MajordomusError": "majordomus.errors",
     "capability": "majordomus.registry",
+    "Retry": "majordomus.retries",
+    "Schedule": "majordomus.schedules",
     "Secret": "majordomus.schemas",
 }
 """Where each public name is defined."""
@@ -39,5 +44,13 @@ def __getattr__(name: str) -> Any:
     return value
 
 
-__all__ = ["Context", "ExecutionCancelled", "MajordomusError", "Secret", "capability"]
+__all__ = [
+    "Context",
+    "ExecutionCancelled",
+    "MajordomusError",
+    "Retry",
+    "Schedule",
+    "Secret",
+    "capability",
+]
 __version__ = "0.1.0"

@@ -607,6 +607,15 @@ async def follow_to_end(
     while not is_final(snap.state):
         final = await t.call(reg.require("executions.wait"), {"id": execution_id})
         snap = typed(final, ExecutionSnapshot, t.where)
+    if snap.state == "failed" and isinstance(snap.retried_as, str):
+        # A retry chain's last attempt carries the outcome: follow on to the next one.
+        code = snap.error.code if not isinstance(snap.error, msgspec.UnsetType) else "?"
+        typer.echo(
+            f"attempt {snap.attempt} ({execution_id}) failed: {code}; retried as "
+            f"{snap.retried_as}, following it",
+            err=True,
+        )
+        return await follow_to_end(t, snap.retried_as, title, fmt, answer=answer)
     if fmt is Format.json and answer:
         if snap.state == "succeeded":
             print_json(final.get("output"))
