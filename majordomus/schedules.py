@@ -58,21 +58,10 @@ MISSED_CODE = "schedule.missed"
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,200}$"
 
-ScheduleName = Annotated[
-    str,
-    msgspec.Meta(
-        pattern=NAME_PATTERN,
-        description="Letters, digits, '_' and '-', at most 64: the schedule is "
-        "'<capability id>:<name>'.",
-    ),
-]
-ScheduleId = Annotated[
-    str,
-    msgspec.Meta(
-        pattern=ID_PATTERN,
-        description="A schedule's id, '<capability id>:<name>' (as schedules.list shows it).",
-    ),
-]
+ScheduleName = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN)]
+"""Letters, digits, '_' and '-', at most 64: the schedule's id is `<capability id>:<name>`."""
+ScheduleId = Annotated[str, msgspec.Meta(pattern=ID_PATTERN)]
+"""A schedule's id, `<capability id>:<name>` (as `schedules.list` shows it)."""
 
 
 @dataclass(frozen=True)
@@ -237,7 +226,9 @@ def check_cron(cron: str, timezone: str = "UTC") -> None:
             f"the cron expression {cron!r} never ticks", "check its day and month fields"
         ) from None
     except (CroniterBadCronError, CroniterError, ValueError, KeyError) as exc:
-        raise invalid_input(f"the cron expression {cron!r} is not valid: {exc}", suggestion) from None
+        raise invalid_input(
+            f"the cron expression {cron!r} is not valid: {exc}", suggestion
+        ) from None
 
 
 def next_tick_ms(cron: str, timezone: str, after_ms: int) -> int:
@@ -331,10 +322,11 @@ def view_of(stored: StoredSchedule, shown_input: dict[str, Any], now_ms: int) ->
         view.paused_at = stored.paused_at
     else:
         with contextlib.suppress(MajordomusError):  # a zone this process lacks: no next tick
-            view.next_tick_at = stamp_of(next_tick_ms(d.cron, d.timezone, max(stored.cursor_ms, now_ms)))
+            view.next_tick_at = stamp_of(
+                next_tick_ms(d.cron, d.timezone, max(stored.cursor_ms, now_ms))
+            )
     if stored.last_tick_ms is not None:
         view.last_tick_at = stamp_of(stored.last_tick_ms)
     if stored.last_execution:
         view.last_execution = stored.last_execution
     return view
-

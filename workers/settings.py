@@ -13,6 +13,7 @@ the worker names (its queue, its health record, and the executions' keys, which
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -25,6 +26,7 @@ from majordomus.loading import load_capabilities
 from majordomus.store.connect import DEFAULT_URL, connect
 from majordomus.store.keys import Keys
 from majordomus.store.queue import RUN_EXECUTION
+from majordomus.ticker import Ticker
 from workers.runtime import WorkerRuntime
 
 MAJORDOMUS_WORKER = "majordomus_worker"
@@ -54,9 +56,16 @@ async def startup(ctx: dict[str, Any]) -> None:
     runtime = WorkerRuntime(redis, registry, cfg)
     await runtime.start()
     ctx["majordomus"] = runtime
+    # The schedules' ticks, stopped with the worker's main task however it ends (a test or
+    # `dev` cancels it and stops the runtime without arq's shutdown).
+    ctx["majordomus_ticker"] = ticker = Ticker(runtime.engine)
+    ticker.start(with_task=asyncio.current_task())
 
 
 async def shutdown(ctx: dict[str, Any]) -> None:
+    ticker: Ticker | None = ctx.get("majordomus_ticker")
+    if ticker is not None:
+        await ticker.stop()
     runtime: WorkerRuntime | None = ctx.get("majordomus")
     if runtime is not None:
         await runtime.stop()

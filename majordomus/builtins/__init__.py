@@ -9,4 +9,5 @@ MODULES = (
     "majordomus.builtins.capabilities",
     "majordomus.builtins.episodes",
     "majordomus.builtins.queue",
+    "majordomus.builtins.schedules",
 )
