@@ -71,6 +71,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     """The port a worker serves its Prometheus metrics on (`/metrics`; on 127.0.0.1 unless `majordomus worker --metrics-host` names another); unset: none."""
     api_url: str | None = None
     """For the CLI: go through this API instead of straight to Redis."""
+    fast_loop: bool = True
+    """Run `serve`, `dev` and `worker` on uvloop, and the API's HTTP on httptools, where they are installed (`pip install "majordomus[fast]"`); `0`: the plain asyncio loop and h11 (`majordomus.event_loop`)."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:

@@ -182,8 +182,12 @@ def definition_of(capability: str, schedule: Schedule) -> ScheduleDefinition:
 
 @functools.cache
 def zone(name: str) -> tzinfo:
-    """The time zone named `name`, or `invalid_input` naming the problem."""
+    """The time zone named `name`, or `invalid_input` naming the problem. Zones come from
+    the system's tz database (or the `tzdata` package); `UTC` needs neither."""
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    if name == "UTC":
+        return UTC
 
     try:
         return ZoneInfo(name)

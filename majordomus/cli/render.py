@@ -26,6 +26,7 @@ from rich.table import Table
 from rich.text import Text
 
 from majordomus.builtins.capabilities import CapabilityList, CapabilityView
+from majordomus.builtins.schedules import ScheduleList
 from majordomus.cli.transport import Message
 from majordomus.config import LIMITS
 from majordomus.docs import type_text
@@ -399,6 +400,27 @@ def generic(console: Console, value: Any) -> None:
     console.print(pretty_json(value))
 
 
+def schedule_list(console: Console, answer: ScheduleList) -> None:
+    columns: list[Column] = ["id", "cron", "zone", "state", "next tick", "last tick", "missed"]
+    rows = (
+        (
+            view.id,
+            view.cron,
+            view.timezone,
+            "paused" if view.paused else "active",
+            _stamp_text(view.next_tick_at),
+            _stamp_text(view.last_tick_at),
+            view.missed,
+        )
+        for view in answer.schedules
+    )
+    console.print(table(f"{answer.count} schedules, oldest first", columns, rows))
+
+
+def _stamp_text(stamp: str | UnsetType) -> str:
+    return stamp[:19].replace("T", " ") if isinstance(stamp, str) else ""
+
+
 def queue_report(console: Console, report: QueueReport) -> None:
     console.print(queue_view(report))
 
@@ -417,6 +439,7 @@ RENDERERS: dict[type, Callable[[Console, Any], None]] = {
     CapabilityView: capability_view,
     QueueReport: queue_report,
     WorkerReport: worker_report,
+    ScheduleList: schedule_list,
 }
 """The picture of a capability's answer, by its output type (an answer of that type)."""
 

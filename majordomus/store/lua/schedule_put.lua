@@ -1,7 +1,9 @@
 -- Store a schedule's definition, atomically: `create` only when the id is free (a created
 -- schedule never replaces another), `declare` in place (a declared schedule synced at a
 -- worker's start: its definition and origin are the code's, its pause and last tick stay).
--- A change increments the version, so every ticker reloads at its next wake.
+-- A declaration that changed starts from now (`since_ms`): the ticks of its old definition
+-- are not caught up under the new one. A change increments the version, so every ticker
+-- reloads at its next wake.
 --
 -- KEYS: schedule, schedules (index), schedules version
 -- ARGV: id, definition JSON, origin, timestamp, now_ms, mode ('create' | 'declare')
@@ -13,7 +15,7 @@ if redis.call('EXISTS', sched) == 1 then
   if mode == 'create' then return 0 end
   local cur = redis.call('HMGET', sched, 'definition', 'origin')
   if cur[1] == definition and cur[2] == origin then return 2 end
-  redis.call('HSET', sched, 'definition', definition, 'origin', origin)
+  redis.call('HSET', sched, 'definition', definition, 'origin', origin, 'since_ms', now)
 else
   redis.call('HSET', sched, 'id', id, 'definition', definition, 'origin', origin,
     'created_at', ts, 'created_ms', now, 'since_ms', now)
