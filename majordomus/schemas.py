@@ -203,7 +203,9 @@ def validate_input(tp: Any, raw: Any) -> Any:
                 "; ".join(problems[: LIMITS.validation_problems]),
                 "see the capability's input schema (majordomus capabilities describe ID)",
             )
-        return msgspec.convert(raw, tp)
+        # Lax: the schema has checked the types, and JSON Schema's `integer` admits 5.0,
+        # which a strict conversion would refuse as a float.
+        return msgspec.convert(raw, tp, strict=False)
     except msgspec.ValidationError as exc:
         mask = secret_mask(secret_values(tp, raw))
         raise invalid_input(

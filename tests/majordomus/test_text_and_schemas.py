@@ -135,3 +135,18 @@ def test_field_docstrings_are_read_wherever_the_struct_is_written() -> None:
     assert field_docs(Nested.Deeper) == {"far": "Two classes down."}
     assert field_docs(Outer)["inner_part"] == "The part inside."
     assert field_docs(msgspec.defstruct("Made", [("x", int)])) == {}
+
+
+def test_an_integer_written_with_a_zero_fraction_is_the_integer_the_schema_admits() -> None:
+    """JSON Schema's `integer` admits 5.0; so does validation (and 5.5 stays refused)."""
+    from majordomus.builtins.executions import StartInput
+    from majordomus.errors import MajordomusError
+
+    start = validate_input(StartInput, {"capability": "tests.noop", "delay_ms": 193683.0})
+    assert start.delay_ms == 193683 and isinstance(start.delay_ms, int)
+    try:
+        validate_input(StartInput, {"capability": "tests.noop", "delay_ms": 5.5})
+    except MajordomusError as exc:
+        assert exc.code == "invalid_input" and "delay_ms" in exc.message
+    else:
+        raise AssertionError("5.5 was taken for an integer")
