@@ -102,13 +102,19 @@ def _nullable_as_type_list(node: Any) -> Any:
     The same set of values, in the form the seed schemas write (`EventsInput.schema.json`)
     and the one clients read: a client that types an argument from its property's `type`
     (the MCP Inspector's CLI does) finds one. A branch that is a `$ref`, a `const` or
-    carries a composition keyword stays an `anyOf`; an `enum` of strings gains `null`.
+    carries a composition keyword stays an `anyOf`; an `enum` of strings gains `null`. An
+    `enum` of strings alone (a `Literal`, as msgspec writes it, without a `type`) gains
+    `"type": "string"`, for the same clients.
     """
     if isinstance(node, list):
         return [_nullable_as_type_list(n) for n in node]
     if not isinstance(node, dict):
         return node
     node = {k: _nullable_as_type_list(v) for k, v in node.items()}
+    values = node.get("enum")
+    if "type" not in node and isinstance(values, list) and values:
+        if all(isinstance(v, str) for v in values):
+            node = {"type": "string", **node}
     branches = node.get("anyOf")
     if not (isinstance(branches, list) and len(branches) == 2 and {"type": "null"} in branches):
         return node
@@ -130,7 +136,7 @@ def _with_null(branch: dict[str, Any]) -> dict[str, Any] | None:
     t = branch.get("type")
     if "enum" in branch:
         values = branch["enum"]
-        if t is not None or not all(isinstance(v, str) for v in values):
+        if t not in (None, "string") or not all(isinstance(v, str) for v in values):
             return None
         return {**branch, "type": ["string", "null"], "enum": [*values, None]}
     if isinstance(t, str) and t != "null":

@@ -37,14 +37,14 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as _ConnectionError
 from redis.exceptions import TimeoutError as _TimeoutError
 
+from majordomus.config import shown_url
+from majordomus.errors import MajordomusError, invalid_input, unavailable
+
 _hiredis_pack: Any
 try:
     from hiredis import pack_command as _hiredis_pack
 except ImportError:  # redis-py's own packer, in Python
     _hiredis_pack = None
-
-from majordomus.config import shown_url
-from majordomus.errors import MajordomusError, invalid_input, unavailable
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
