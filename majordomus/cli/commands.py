@@ -14,8 +14,11 @@ which it says in one line on stderr), else against the default Redis, named as t
 (`transport.transport`). A failure is one line on stderr (code, message, suggestion) and an
 exit code from `errors.EXIT_CODE`, never a traceback. Nothing here is written for one capability but
 `run`: the rest is a projection of the declarations. What only running a command needs
-(the engine, the Redis client, httpx, rich's live display) is imported where it runs, so
-`majordomus --help` loads none of it.
+(the engine, the Redis client, httpx, rich's live display and bar) is imported where it
+runs, so `majordomus --help` loads none of it; and each command is made, its input schema
+read, when it is first used (`DeferredGroup`, `DeferredCommand`): `majordomus --help` reads
+no schema, `majordomus run CAP` those of CAP and of the start alone. Every command's
+parameters convert their values as typer would, without pydantic (`startup.PlainCommand`).
 """
 
 from __future__ import annotations
@@ -28,18 +31,22 @@ import io
 import json
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Collection, Coroutine, MutableMapping
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Collection,
+    Coroutine,
+    Mapping,
+    MutableMapping,
+)
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.text import Text
-from typer.core import TyperGroup
 
+from majordomus.cli.startup import PlainCommand, PlainGroup, collecting
 from majordomus.cli.transport import Direct, Transport, store_failure, transport, typed
 from majordomus.config import settings
 from majordomus.docs import field_docs, type_text
@@ -50,6 +57,10 @@ from majordomus.model import CancelOutput, ExecutionSnapshot
 from majordomus.registry import Capability, Registry
 from majordomus.schemas import coerce_strings
 from majordomus.states import is_final
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.text import Text
 
 INTERRUPTED = 130
 """Exit code when following stopped on a second Ctrl-C (the execution left running)."""
@@ -109,11 +120,22 @@ def _interval_option() -> Any:
 
 
 def stdout() -> Console:
+    from rich.console import Console
+
     return Console(soft_wrap=False)
 
 
 def stderr() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, soft_wrap=False)
+
+
+def escape(text: str) -> str:
+    """`text` with rich markup escaped, as typer's help shows it (rich imported on use)."""
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def say_error(exc: MajordomusError) -> None:
@@ -397,6 +419,9 @@ async def call_and_show(
 
 def picture(console: Console, draw: Callable[[Console, Any], None], answer: Any) -> Text:
     """What `draw` would print on `console`, as one renderable (for a live redraw)."""
+    from rich.console import Console
+    from rich.text import Text
+
     offscreen = Console(
         file=io.StringIO(),
         width=console.width,
@@ -433,6 +458,7 @@ async def watch(
     async def pause() -> None:
         await within(every, stop.wait())
 
+    collecting()  # it redraws until Ctrl-C: from here, garbage is collected
     try:
         if fmt is Format.json or not console.is_terminal:
             while not stop.is_set():
@@ -579,6 +605,7 @@ async def follow_to_end(
 
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGINT, on_interrupt)
+    collecting()  # an execution may go on for hours: from here, garbage is collected
     pumping = loop.create_task(pump())
     leaving = loop.create_task(leave.wait())
     left = False
@@ -743,32 +770,30 @@ def run_command(start: Capability, cap: Capability | None) -> Callable[..., None
     return _signed(run, params, name, run_capability_help(cap))
 
 
-class RunGroup(TyperGroup):
-    """`majordomus run`: the command of a capability that can run, by its id; any other name
-    reaches `ANY_CAPABILITY`, so it is started (or refused, `not_found`) by the engine or the
-    API, the same line either way, rather than refused here as an unknown command."""
-
-    def get_command(self, ctx: Any, cmd_name: str) -> Any:
-        known = super().get_command(ctx, cmd_name)
-        if known is not None or cmd_name.startswith("-"):
-            return known
-        return super().get_command(ctx, ANY_CAPABILITY)
-
-
 def run_group(start: Capability, reg: Registry) -> typer.Typer:
     """`majordomus run CAP`, the command of `executions.start`: one command per capability
-    that can run (`executable`), its input as options."""
-    group = typer.Typer(
-        cls=RunGroup,
+    that can run (`executable`), its input as options, each made when it is first used."""
+    return typer.Typer(
+        cls=deferred_group(functools.partial(_run_makers, start, reg), RunGroup),
         help=run_help(start),
         no_args_is_help=True,
         subcommand_metavar="CAP [ARGS]...",
     )
-    for cap in reg:
-        if cap.executable:
-            group.command(name=cap.id, short_help=escape(cap.title))(run_command(start, cap))
-    group.command(name=ANY_CAPABILITY, hidden=True)(run_command(start, None))
-    return group
+
+
+def _run_makers(start: Capability, reg: Registry) -> dict[str, Callable[[], Any]]:
+    makers: dict[str, Callable[[], Any]] = {
+        cap.id: functools.partial(_run_command_of, start, cap) for cap in reg if cap.executable
+    }
+    makers[ANY_CAPABILITY] = functools.partial(_run_command_of, start, None)
+    return makers
+
+
+def _run_command_of(start: Capability, cap: Capability | None) -> Any:
+    """The command of `majordomus run <cap>` (of any other name, for `cap` None), made now."""
+    if cap is None:
+        return made_command(ANY_CAPABILITY, run_command(start, None), hidden=True)
+    return made_command(cap.id, run_command(start, cap), short_help=escape(cap.title))
 
 
 START_OWN = ("capability", "input", "episode")
@@ -886,28 +911,75 @@ def _existing_names(app: typer.Typer) -> set[str]:
     return names
 
 
-class DeferredGroup(TyperGroup):
-    """A group of capability commands made the first time anything looks into it (to list
-    them, to run one, to show its help), so `majordomus --help`, which shows the group by
-    its name and help alone, reads none of their input schemas. `make` answers them."""
+class DeferredGroup(PlainGroup):
+    """A group of capability commands, each made the first time it is asked for: by its name
+    to run it or show its help, or all of them, in their order, to list them (the group's
+    help, a completion, a suggestion for a misspelt name). `majordomus --help`, which shows
+    the group by its name and help alone, makes none of them and reads no input schema;
+    `majordomus executions list` makes `list` alone. `makers_of` answers the makers of the
+    commands by name, in their order; it is read when the group is first used."""
 
-    make: Callable[[], dict[str, Any]] = staticmethod(dict)
-    _made = False
+    makers_of: Callable[[], Mapping[str, Callable[[], Any]]] = staticmethod(dict)
+    _makers: Mapping[str, Callable[[], Any]] | None = None
+    _commands: MutableMapping[str, Any]
+    _listed = False
+
+    @property
+    def makers(self) -> Mapping[str, Callable[[], Any]]:
+        if self._makers is None:
+            self._makers = self.makers_of()
+        return self._makers
 
     @property  # type: ignore[override]
     def commands(self) -> MutableMapping[str, Any]:
-        if not self._made:
-            self._made = True
-            self._commands.update(self.make())
+        if not self._listed:
+            self._listed = True
+            made = self._commands
+            every = {n: made[n] if n in made else make() for n, make in self.makers.items()}
+            self._commands = {**{n: c for n, c in made.items() if n not in every}, **every}
         return self._commands
 
     @commands.setter
     def commands(self, value: MutableMapping[str, Any]) -> None:
         self._commands = value
 
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        known = self._commands.get(cmd_name)
+        make = self.makers.get(cmd_name)
+        if known is None and make is not None:
+            known = self._commands[cmd_name] = make()
+        return known
 
-def deferred_group(make: Callable[[], dict[str, Any]]) -> type[DeferredGroup]:
-    return type("CapabilityGroup", (DeferredGroup,), {"make": staticmethod(make)})
+
+def deferred_group(
+    makers_of: Callable[[], Mapping[str, Callable[[], Any]]],
+    base: type[DeferredGroup] = DeferredGroup,
+) -> type[DeferredGroup]:
+    """A group class whose commands the makers `makers_of` answers make, one by one; `base`
+    adds its own ways (`RunGroup`'s name of any capability)."""
+    return type("CapabilityGroup", (base,), {"makers_of": staticmethod(makers_of)})
+
+
+class RunGroup(DeferredGroup):
+    """`majordomus run`: the command of a capability that can run, by its id; any other name
+    reaches `ANY_CAPABILITY`, so it is started (or refused, `not_found`) by the engine or the
+    API, the same line either way, rather than refused here as an unknown command. Its
+    commands are made as `DeferredGroup` makes them: `majordomus run CAP` reads the input
+    schema of CAP alone."""
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        known = super().get_command(ctx, cmd_name)
+        if known is not None or cmd_name.startswith("-"):
+            return known
+        return super().get_command(ctx, ANY_CAPABILITY)
+
+
+def made_command(name: str, function: Callable[..., None], **options: Any) -> Any:
+    """`function` as the command `name` (with typer's `options`), made now as typer makes
+    the app's commands."""
+    inner = typer.Typer()
+    inner.command(name=name, cls=PlainCommand, **options)(function)
+    return typer.main.get_group(inner).commands[name]
 
 
 def group_help(prefix: tuple[str, ...]) -> str:
@@ -916,7 +988,7 @@ def group_help(prefix: tuple[str, ...]) -> str:
 
 def register(app: typer.Typer) -> None:
     """Mount every capability's command, and `follow`, on `app` (once). Every clash is
-    refused here; the commands under a group are made when the group is first used."""
+    refused here; the commands under a group are made when they are first used."""
     if id(app) in _MOUNTED:
         return
     reg = registry()
@@ -932,28 +1004,99 @@ def register(app: typer.Typer) -> None:
         prefixes.update(path[:depth] for depth in range(1, len(path)))
         leaves.add(tuple(path))
         if len(path) == 1:
-            mount(app, cap, path[0], reg)
+            mount(app, cap, path[0], reg, later=True)
         elif path[0] in under:
             under[path[0]].append(cap)
         else:
             caps = under[path[0]] = [cap]
             group = typer.Typer(
-                cls=deferred_group(functools.partial(group_commands, caps, reg)),
+                cls=deferred_group(functools.partial(group_makers, caps, reg)),
                 help=group_help(path[:1]),
                 no_args_is_help=True,
             )
             app.add_typer(group, name=path[0])
-    app.command("follow")(follow)
+    app.command("follow", cls=PlainCommand)(follow)
     _MOUNTED.add(id(app))
 
 
-def mount(parent: typer.Typer, cap: Capability, name: str, reg: Registry) -> None:
-    """The command of one capability, as `name` on `parent`."""
+def group_makers(caps: list[Capability], reg: Registry) -> dict[str, Callable[[], Any]]:
+    """The makers of a top-level group's commands (`caps`, whose paths all start with its
+    name), by name, in typer's order: its commands, then its groups (typer lists those
+    after), each where the first capability under it is."""
+    commands: dict[str, list[Capability]] = {}
+    groups: dict[str, list[Capability]] = {}
+    for cap in caps:
+        path = cap.exposure.cli_path or ()
+        command = len(path) == 2 and cap.id != "executions.start"
+        (commands if command else groups).setdefault(path[1], []).append(cap)
+    return {
+        name: functools.partial(_subtree, name, under, reg)
+        for name, under in (*commands.items(), *groups.items())
+    }
+
+
+def _subtree(name: str, caps: list[Capability], reg: Registry) -> Any:
+    """The command (or the group, with what is below it) `name` of a top-level group, made
+    now from the capabilities under it."""
+    return group_commands(caps, reg)[name]
+
+
+def mount(
+    parent: typer.Typer, cap: Capability, name: str, reg: Registry, *, later: bool = False
+) -> None:
+    """The command of one capability, as `name` on `parent`; `later`, made when it is first
+    used (`DeferredCommand`)."""
     if cap.id == "executions.start":
         short = f"{cap.title} and follow it live to its end."
         parent.add_typer(run_group(cap, reg), name=name, short_help=escape(short))
+    elif later:
+
+        def stand_in() -> None: ...
+
+        stand_in.__doc__ = command_help(cap)
+        make = functools.partial(_capability_command_of, cap, name)
+        cls = type("CapabilityCommand", (DeferredCommand,), {"make": staticmethod(make)})
+        parent.command(name=name, short_help=escape(cap.title), cls=cls)(stand_in)
     else:
-        parent.command(name=name, short_help=escape(cap.title))(capability_command(cap))
+        parent.command(name=name, short_help=escape(cap.title), cls=PlainCommand)(
+            capability_command(cap)
+        )
+
+
+class DeferredCommand(PlainCommand):
+    """A capability's command on the app itself (`majordomus queue`), made with a stand-in
+    for its parameters and callback (the help and everything else are the real command's
+    own): `make` makes them, reading its input schema, when they are first used.
+    `majordomus --help` lists it by name and short help, which reads neither."""
+
+    make: Callable[[], Any] = staticmethod(lambda: None)
+    _made: Any = None
+
+    def _real(self) -> Any:
+        if self._made is None:
+            self._made = self.make()
+        return self._made
+
+    @property  # type: ignore[override]
+    def params(self) -> list[Any]:
+        return self._real().params  # itself: click appends --help to it, then takes it off
+
+    @params.setter
+    def params(self, value: list[Any]) -> None:
+        """The stand-in's (none): the real ones are made."""
+
+    @property  # type: ignore[override]
+    def callback(self) -> Any:
+        return self._real().callback
+
+    @callback.setter
+    def callback(self, value: Any) -> None:
+        """The stand-in's: the real one is made."""
+
+
+def _capability_command_of(cap: Capability, name: str) -> Any:
+    """The command of `cap`, as `name`, made now."""
+    return made_command(name, capability_command(cap), short_help=escape(cap.title))
 
 
 def group_commands(caps: list[Capability], reg: Registry) -> dict[str, Any]:
@@ -967,7 +1110,9 @@ def group_commands(caps: list[Capability], reg: Registry) -> dict[str, Any]:
         for depth in range(2, len(path)):
             prefix = path[:depth]
             if prefix not in groups:
-                groups[prefix] = typer.Typer(help=group_help(prefix), no_args_is_help=True)
+                groups[prefix] = typer.Typer(
+                    cls=PlainGroup, help=group_help(prefix), no_args_is_help=True
+                )
                 parent.add_typer(groups[prefix], name=prefix[-1])
             parent = groups[prefix]
         mount(parent, cap, path[-1], reg)

@@ -15,13 +15,12 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from msgspec import UNSET, UnsetType
 from rich.console import Console, Group, RenderableType
 from rich.json import JSON
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -64,6 +63,9 @@ from majordomus.reports import (
     WorkerPresence,
     WorkerReport,
 )
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 STATE_STYLE = {
     "queued": "yellow",
@@ -464,6 +466,15 @@ class Follower:
 
     def __enter__(self) -> Follower:
         if self.live:
+            # Imported here: only a terminal shows the bar; a pipe or a log need not load it.
+            from rich.progress import (
+                BarColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
             self.progress = Progress(
                 SpinnerColumn(),
                 TextColumn("[bold]{task.description}"),

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union
@@ -433,6 +432,8 @@ def dev_record_path(environ: dict[str, str] | None = None) -> Path:
     try:
         return Path.home() / ".cache" / "majordomus" / DEV_RECORD_NAME
     except RuntimeError:  # no HOME and no password entry
+        import tempfile
+
         uid = os.getuid() if hasattr(os, "getuid") else "user"
         return Path(tempfile.gettempdir()) / f"majordomus-{uid}" / DEV_RECORD_NAME
 
