@@ -352,7 +352,7 @@ def create_app(
     handlers += console_handlers()  # the console at `/` (api/console)
     allowed.update({p: ["GET"] for p in ("/api/v1/live", "/api/v1/ready", METRICS_PATH)})
 
-    mcp = build_mcp(engine, settings) if mount_mcp else None  # an import error fails start-up
+    mcp = build_mcp(engine, settings, hub) if mount_mcp else None  # an import error fails start-up
     if mcp is not None:
 
         @asgi("/mcp", is_mount=True, copy_scope=True, include_in_schema=False)

@@ -12,6 +12,8 @@ Ctrl-C reaches only `dev`, and it is there while the worker writes its last even
 Once its API answers, `dev` leaves a record of itself (its API's URL, its Redis, its pid:
 `majordomus.cli.transport.DevRecord`, at `dev_record_path()`, per user) by which the CLI in
 another terminal finds it and goes through its API, and removes it first when it stops.
+Both run on uvloop, and uvicorn on httptools, where installed (`majordomus.event_loop`;
+`MAJORDOMUS_FAST_LOOP=0` opts out), and their start-up lines say which loop runs.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import signal
 import socket
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from typing import Any
 
 import msgspec
@@ -36,6 +38,7 @@ from api.live import FeedHub
 from majordomus.cli.transport import DevRecord, remove_dev_record, write_dev_record
 from majordomus.config import Settings, shown_url
 from majordomus.engine import LIVE_PATH, Engine
+from majordomus.event_loop import LoopChoice, choose, running_loop_name
 from majordomus.loading import load_capabilities
 from majordomus.loops import within
 from majordomus.store.connect import DEFAULT_URL
@@ -90,11 +93,12 @@ class ApiServer(uvicorn.Server):
             await self.lifespan.shutdown()
 
 
-def server_for(app: Any, host: str, port: int) -> ApiServer:
+def server_for(app: Any, host: str, port: int, http: str = "h11") -> ApiServer:
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
+        http=http,
         lifespan="on",
         access_log=False,
         server_header=False,
@@ -102,6 +106,17 @@ def server_for(app: Any, host: str, port: int) -> ApiServer:
         log_config=None,
     )
     return ApiServer(config, app.state.hub)
+
+
+def run_on(choice: LoopChoice, main: Coroutine[Any, Any, None]) -> None:
+    """`asyncio.run(main)` on the loop `choice` makes (uvloop's, or asyncio's own)."""
+    with asyncio.Runner(loop_factory=choice.new_loop) as runner:
+        runner.run(main)
+
+
+def loop_line(choice: LoopChoice) -> str:
+    """What a start-up line says of the loop that runs it (read from the running loop)."""
+    return f"event loop {running_loop_name()}, HTTP {choice.http} ({choice.why})"
 
 
 # -- serve ------------------------------------------------------------------------------------
@@ -113,14 +128,21 @@ def run_serve(
     """The API alone, on MAJORDOMUS_REDIS_URL (default redis://127.0.0.1:6379/0); on `sock`
     when given (bound and listening already: `majordomus serve` binds it first)."""
     url = settings.redis_url or DEFAULT_URL
+    choice = choose(settings.fast_loop)
     app = create_app(msgspec.structs.replace(settings, redis_url=url))
+    server = server_for(app, host, port, choice.http)
     base = f"http://{host}:{port}"
-    print(
-        f"majordomus API on {base} (docs {base}/docs, live {base}{LIVE_PATH}) "
-        f"with Redis {shown_url(url)}, at most {API_MAX_CONNECTIONS} connections",
-        flush=True,
-    )
-    asyncio.run(server_for(app, host, port).serve(sockets=[sock] if sock else None))
+
+    async def serve() -> None:
+        print(
+            f"majordomus API on {base} (docs {base}/docs, live {base}{LIVE_PATH}) "
+            f"with Redis {shown_url(url)}, at most {API_MAX_CONNECTIONS} connections; "
+            f"{loop_line(choice)}",
+            flush=True,
+        )
+        await server.serve(sockets=[sock] if sock else None)
+
+    run_on(choice, serve())
 
 
 # -- dev --------------------------------------------------------------------------------------
@@ -133,13 +155,19 @@ def run_dev(
     redis = DevRedis(settings)
     try:
         cfg = msgspec.structs.replace(settings, redis_url=redis.url)
-        asyncio.run(_dev(host, port, cfg, redis, sock))
+        choice = choose(settings.fast_loop)
+        run_on(choice, _dev(host, port, cfg, redis, sock, choice))
     finally:
         redis.stop()
 
 
 async def _dev(
-    host: str, port: int, settings: Settings, redis: DevRedis, sock: socket.socket | None
+    host: str,
+    port: int,
+    settings: Settings,
+    redis: DevRedis,
+    sock: socket.socket | None,
+    choice: LoopChoice,
 ) -> None:
     from workers.settings import build_worker
 
@@ -148,10 +176,10 @@ async def _dev(
     worker_client = redis.worker_client()
     engine = Engine(api_client, registry, settings)
     app = create_app(settings, engine=engine)
-    server = server_for(app, host, port)
+    server = server_for(app, host, port, choice.http)
     worker = build_worker(settings, redis=worker_client, handle_signals=False)
     worker_task = asyncio.create_task(worker.async_run(), name="majordomus-dev-worker")
-    banner = asyncio.create_task(_print_banner(server, host, port, app, redis, settings))
+    banner = asyncio.create_task(_print_banner(server, host, port, app, redis, settings, choice))
     try:
         await server.serve(sockets=[sock] if sock else None)
     finally:
@@ -167,7 +195,13 @@ async def _dev(
 
 
 async def _print_banner(
-    server: ApiServer, host: str, port: int, app: Any, redis: DevRedis, settings: Settings
+    server: ApiServer,
+    host: str,
+    port: int,
+    app: Any,
+    redis: DevRedis,
+    settings: Settings,
+    choice: LoopChoice,
 ) -> None:
     while not server.started:
         await asyncio.sleep(0.05)
@@ -186,6 +220,7 @@ async def _print_banner(
         *_indented(redis.notes),
         f"  worker  in this process, {settings.max_jobs} executions at once",
         f"  CLI     {record}",
+        f"  loop    {loop_line(choice)}",
         "  Ctrl-C stops everything.",
         "",
     ]

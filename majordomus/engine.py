@@ -370,7 +370,7 @@ class Engine:
         return kind(
             execution_id=execution_id,
             state=page.state,
-            events=[event(e) for e in page.events],
+            events=list(map(event, page.events)),
             last_sequence=last,
             more=page.more,
             truncated=page.truncated,

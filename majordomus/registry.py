@@ -22,6 +22,10 @@ from majordomus.schemas import schema_of
 
 Kind = Literal["query", "command"]
 Stability = Literal["experimental", "stable", "deprecated"]
+TaskSupport = Literal["required", "optional", "forbidden"]
+"""Whether its MCP tool may answer a call as a task (the `io.modelcontextprotocol/tasks`
+extension): `optional`, when the caller declared the extension; `required`, only so (a
+caller without it is refused); `forbidden`, never."""
 
 
 class _Derived:
@@ -67,6 +71,9 @@ class Capability:
     exposure: Exposure = field(default_factory=lambda: Exposure(None, None, None, None))
     executable: bool = True
     """Whether `executions.start` may run it as an execution (control capabilities may not)."""
+    task_support: TaskSupport = "optional"
+    """Whether its MCP tool may answer a call as a task backed by an execution (derived when
+    not declared: `optional` for a capability that runs as an execution, else `forbidden`)."""
 
     @property
     def module(self) -> str:
@@ -97,6 +104,24 @@ def derive_exposure(
         cli = (module, name)
     method, path = (None, None) if http is None else (http[0].upper(), http[1])
     return Exposure(mcp, method, path, tuple(cli) if cli is not None else None)
+
+
+def derive_task_support(cap_id: str, executable: bool, declared: TaskSupport | None) -> TaskSupport:
+    """A capability's task support: as declared, else `optional` when it runs as an execution
+    and `forbidden` when it answers directly. Only an execution can back a task, so a
+    capability that answers directly declaring otherwise is refused."""
+    if declared is None:
+        return "optional" if executable else "forbidden"
+    if declared not in ("required", "optional", "forbidden"):
+        raise RegistryError(
+            f"task_support {declared!r} of {cap_id!r} is not required, optional or forbidden"
+        )
+    if declared != "forbidden" and not executable:
+        raise RegistryError(
+            f"{cap_id!r} answers directly (executable=False), so its tool cannot be a task: "
+            "task_support must be 'forbidden' or left out"
+        )
+    return declared
 
 
 class Registry:
@@ -189,12 +214,14 @@ def capability(
     http: tuple[str, str] | None = DERIVED,
     cli: tuple[str, ...] | None = DERIVED,
     executable: bool = True,
+    task_support: TaskSupport | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare a capability: `@capability("myapp.resize", input=In, output=Out)`."""
 
     def declare(handler: Callable[..., Any]) -> Callable[..., Any]:
         doc = (handler.__doc__ or "").strip()
+        tasks = derive_task_support(id, executable, task_support)
         cap = Capability(
             id=id,
             kind=kind,
@@ -212,6 +239,7 @@ def capability(
             tags=tuple(tags),
             exposure=derive_exposure(id, kind, mcp, http, cli),
             executable=executable,
+            task_support=tasks,
         )
         (registry if registry is not None else REGISTRY).add(cap)
         return handler

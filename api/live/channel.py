@@ -5,6 +5,8 @@ with a valid cursor, or past `MAJORDOMUS_MAX_LIVE` channels; registers a listene
 hub; opens the channel on its scope (`api.live.scopes`); and then runs the loop every
 channel follows: wait for the listener, beat while nothing comes, send what the scope makes
 of what came, and end with `stream.closing{reason}` when the scope or the hub says so.
+While it waits, its `Passthrough` lets the hub write the next event in order straight to
+the client, so a live event reaches a thousand listeners with no task woken for it.
 
 It does not check origins or tokens: `api.access` does that before a request gets here.
 """
@@ -21,7 +23,7 @@ from litestar.types import Receive, Scope, Send
 
 from api.access import header
 from api.errors import classify, send_error
-from api.live.feed import FeedHub, Listener
+from api.live.feed import FeedEntry, FeedHub, Listener
 from api.live.scopes import ChannelScope, ExecutionScope, FeedScope
 from api.live.sse import (
     HEARTBEAT,
@@ -133,6 +135,7 @@ class LiveChannel:
         finally:
             hub.channels -= 1
             hub.unregister(listener)
+            stream.abandon()
 
     def _admit(self, scope: Scope) -> ChannelRequest:
         if scope.get("method") != "GET":
@@ -188,11 +191,18 @@ class LiveChannel:
         await stream.start()
         chunk = [control(StreamReady(ready))]
         ending = await scope.replay(chunk, stream)
+        passthrough = Passthrough(scope, stream, listener)
         while ending is None:
             if chunk:
                 await stream.write(b"".join(chunk))
                 chunk = []
-            if not await listener.wait(heartbeat):
+            await stream.settle()
+            listener.passes = passthrough
+            try:
+                woke = await listener.wait(heartbeat)
+            finally:
+                listener.passes = None
+            if not woke:
                 chunk.append(HEARTBEAT)
             elif listener.closing:
                 ending = listener.closing
@@ -200,3 +210,29 @@ class LiveChannel:
                 ending = await scope.advance(listener, chunk, stream)
         chunk.append(closing(ending))
         await stream.write(b"".join(chunk), final=True)
+
+
+class Passthrough:
+    """`Listener.passes` of a waiting channel: the next event in order is written to the
+    client at once, from the hub's task (`EventStream.write_now`), and the channel's task
+    is not woken; what its loop must see (a gap, the terminal event, a write that
+    suspended and must be settled first) is declined and buffered as usual. The message
+    is the one `FeedEntry` formatted once for every listener: the stored bytes as they are."""
+
+    __slots__ = ("scope", "stream", "listener")
+
+    def __init__(self, scope: ChannelScope, stream: EventStream, listener: Listener) -> None:
+        self.scope = scope
+        self.stream = stream
+        self.listener = listener
+
+    def __call__(self, entry: FeedEntry) -> bool:
+        stream = self.stream
+        if stream.pending is not None:
+            return False
+        message = self.scope.passing(entry)
+        if message is None:
+            return False
+        if not stream.write_now(message):
+            self.listener.nudge()  # its loop settles the write before anything else
+        return True

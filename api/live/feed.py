@@ -6,7 +6,9 @@ entry to the listeners that want it (the channels of that execution, every unsco
 channel, and `executions.wait` long polls), each through a bounded buffer. So an API
 process holds a bounded number of Redis connections however many clients listen, and a
 slow client never slows an execution or another client: when its buffer overflows its
-listener is marked behind, stops receiving, and its owner catches up from Redis.
+listener is marked behind, stops receiving, and its owner catches up from Redis. A live
+channel waiting with nothing buffered takes the next entry straight through instead
+(`Listener.passes`): written from the reader's task, with no wake-up of the channel's.
 
 This module knows feed entries and listeners; it does not write to a client, nor decide
 what a channel sends (`api.live.channel`, `api.live.scopes`).
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import msgspec
 
@@ -73,10 +75,14 @@ class FeedEntry:
     """One feed entry as the hub hands it to every listener: its envelope parsed once, and
     its SSE message formatted once (per channel kind) however many listeners send it."""
 
-    __slots__ = ("feed_id", "execution_id", "sequence", "envelope", "type", "_scoped", "_feed")
+    __slots__ = (
+        "feed_id", "key", "execution_id", "sequence", "envelope", "type", "_scoped", "_feed"
+    )  # fmt: skip
 
     def __init__(self, feed_id: str, execution_id: str, sequence: int, envelope: bytes) -> None:
         self.feed_id = feed_id
+        self.key = feed_key(feed_id)
+        """The feed id as it orders (`feed_key`), computed once for every unscoped channel."""
         self.execution_id = execution_id
         self.sequence = sequence
         self.envelope = envelope
@@ -108,7 +114,13 @@ def feed_entries(raw: Iterable[tuple[str, str, int, bytes]]) -> list[FeedEntry]:
 class Listener:
     """One consumer of the hub: a bounded buffer, and a flag for having fallen behind."""
 
-    def __init__(self, execution_id: str | None, size: int, start_id: str | None) -> None:
+    def __init__(
+        self,
+        execution_id: str | None,
+        size: int,
+        start_id: str | None,
+        wake: Callable[[], None] | None = None,
+    ) -> None:
         self.execution_id = execution_id
         self.size = size
         self.start_id = start_id
@@ -125,8 +137,24 @@ class Listener:
         self._deadline = 0.0
         """When the current wait times out (the event loop's clock)."""
         self._timer: asyncio.TimerHandle | None = None
+        self.on_wake = wake
+        """Called whenever it has something to do, for an owner that waits on many listeners
+        at once (a task subscription, `api.mcp.task_listen`) rather than on `wait`."""
+        self.passes: Callable[[FeedEntry], bool] | None = None
+        """Set by an owner while it waits with nothing buffered (a live channel's
+        `Passthrough`): takes an entry straight through (True: handled, nothing to wake
+        for) or declines it (False: buffered and woken for, as without it)."""
+        self._timeout = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def offer(self, entry: FeedEntry) -> None:
+        passes = self.passes
+        if passes is not None and not self.items and not self.behind and self.closing is None:
+            if passes(entry):
+                if self._loop is not None:
+                    # The owner was not woken: the silence its wait times starts again now.
+                    self._deadline = self._loop.time() + self._timeout
+                return
         if not self.behind and len(self.items) < self.size:
             self.items.append(entry)
         else:
@@ -141,7 +169,13 @@ class Listener:
         self.closing = reason
         self._wake()
 
+    def nudge(self) -> None:
+        """Wake the owner with nothing buffered (its `passes` left it something to settle)."""
+        self._wake()
+
     def _wake(self) -> None:
+        if self.on_wake is not None:
+            self.on_wake()
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(True)
@@ -161,7 +195,8 @@ class Listener:
         # The timer outlives a wait that an entry ends, and is only set again when it would
         # fire too late: so a listener of a busy execution touches the loop's timer heap
         # about once a timeout, not twice an event.
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
+        self._timeout = timeout
         self._deadline = loop.time() + timeout
         timer = self._timer
         if timer is None or timer.when() > self._deadline:
@@ -273,8 +308,10 @@ class FeedHub:
 
     # -- listeners --
 
-    def register(self, execution_id: str | None) -> Listener:
-        listener = Listener(execution_id, self.buffer, self.cursor)
+    def register(
+        self, execution_id: str | None, wake: Callable[[], None] | None = None
+    ) -> Listener:
+        listener = Listener(execution_id, self.buffer, self.cursor, wake)
         if execution_id is None:
             self.unscoped.add(listener)
         else:

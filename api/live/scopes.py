@@ -53,6 +53,10 @@ class ChannelScope(Protocol):
     async def advance(self, listener: Listener, chunk: list[bytes], stream: EventStream) -> Ending:
         """Put what `listener` holds into `chunk`, catching up from Redis if it fell behind."""
 
+    def passing(self, entry: FeedEntry) -> bytes | None:
+        """The message of a live entry that goes out as it comes (the next in order, ending
+        nothing), with the cursor moved past it; None leaves it to `advance`."""
+
 
 class ExecutionScope:
     """One execution's channel: its sequence is the SSE id, and its terminal event the end."""
@@ -121,6 +125,13 @@ class ExecutionScope:
             listener.caught_up()
             return await self._catch_up(chunk, stream)
         return None
+
+    def passing(self, entry: FeedEntry) -> bytes | None:
+        seq = entry.sequence
+        if seq != self.last + 1 or entry.terminal:
+            return None
+        self.last = seq
+        return entry.scoped_message()
 
     async def _catch_up(self, chunk: list[bytes], stream: EventStream) -> Ending:
         """Send what the store holds after the last event sent, a page at a time (so a
@@ -201,10 +212,9 @@ class FeedScope:
     async def advance(self, listener: Listener, chunk: list[bytes], stream: EventStream) -> Ending:
         while listener.items:
             entry = listener.items.popleft()
-            key = feed_key(entry.feed_id)
-            if key > self.last:
+            if entry.key > self.last:
                 chunk.append(entry.feed_message())
-                self.last, self.last_id = key, entry.feed_id
+                self.last, self.last_id = entry.key, entry.feed_id
         if listener.behind:
             missed, first, last = listener.missed, listener.missed_first, listener.missed_last
             listener.caught_up()
@@ -218,6 +228,12 @@ class FeedScope:
                 chunk.append(lagged(retained - sent))
         return None
 
+    def passing(self, entry: FeedEntry) -> bytes | None:
+        if entry.key <= self.last:
+            return None
+        self.last, self.last_id = entry.key, entry.feed_id
+        return entry.feed_message()
+
     async def _count_in(self, after_id: str, low_id: str | None, high_id: str | None) -> int:
         """How many retained feed entries after `after_id` lie in [low_id, high_id]."""
         if low_id is None or high_id is None:
@@ -225,7 +241,7 @@ class FeedScope:
         low, high = feed_key(low_id), feed_key(high_id)
         counted = 0
         async for page in self._pages_after(after_id, high_id):
-            counted += sum(1 for e in page if low <= feed_key(e.feed_id) <= high)
+            counted += sum(1 for e in page if low <= e.key <= high)
         return counted
 
     async def _send_pages(
@@ -244,7 +260,7 @@ class FeedScope:
         counted = 0
         async for page in self._pages_after(after_id, upto):
             for entry in page:
-                key = feed_key(entry.feed_id)
+                key = entry.key
                 if key <= self.last:
                     continue
                 if low is not None and high is not None and low <= key <= high:
@@ -256,7 +272,7 @@ class FeedScope:
 
     def _send(self, entry: FeedEntry, chunk: list[bytes]) -> None:
         chunk.append(entry.feed_message())
-        self.last, self.last_id = feed_key(entry.feed_id), entry.feed_id
+        self.last, self.last_id = entry.key, entry.feed_id
 
     async def _pages_after(self, after_id: str, upto: str | None) -> AsyncIterator[list[FeedEntry]]:
         """The retained feed after `after_id` (and up to `upto`), `FEED_PAGE` at a time."""
@@ -264,7 +280,7 @@ class FeedScope:
         while True:
             page = feed_entries(await self.engine.feed_after(after_id, FEED_PAGE))
             if bound is not None:
-                page = [e for e in page if feed_key(e.feed_id) <= bound]
+                page = [e for e in page if e.key <= bound]
             if page:
                 yield page
             if len(page) < FEED_PAGE:

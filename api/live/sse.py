@@ -62,11 +62,21 @@ def accepts_event_stream(accept: str | None) -> bool:
 
 
 class EventStream:
-    """The response side of one channel over raw ASGI."""
+    """The response side of one channel over raw ASGI.
+
+    Besides `write`, a channel's live events can go out with `write_now`, from the feed
+    reader's task rather than the channel's own: one event to a thousand listeners then
+    costs a thousand writes, not a thousand task wake-ups as well. A server's `send`
+    completes without suspending unless the client is slow (its buffer full); one that
+    suspends is finished by a task of its own, `pending`, which the next `write` (and
+    `settle`) awaits first, so the messages keep their order and its error is raised.
+    """
 
     def __init__(self, send: Send) -> None:
         self.send = send
         self.started = False
+        self.pending: asyncio.Future[None] | None = None
+        """A `write_now` whose `send` suspended, finishing on its own."""
 
     async def start(self) -> None:
         await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
@@ -78,7 +88,56 @@ class EventStream:
         self.started = True
 
     async def write(self, body: bytes, final: bool = False) -> None:
+        await self.settle()
         await self.send({"type": "http.response.body", "body": body, "more_body": not final})
+
+    def write_now(self, body: bytes) -> bool:
+        """Write `body` at once, from any task; False when the send suspended (its rest is
+        `pending`: nothing may be written before it is settled)."""
+        step: Any = self.send({"type": "http.response.body", "body": body, "more_body": True})
+        try:
+            waiting_on = step.send(None)
+        except StopIteration:
+            return True
+        except Exception as exc:  # noqa: BLE001  raised by the channel's task, in `settle`
+            failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            failed.set_exception(exc)
+            self.pending = failed
+            return False
+        self.pending = asyncio.ensure_future(_finish(step, waiting_on))
+        return False
+
+    async def settle(self) -> None:
+        """Await a `write_now` that suspended; raise its error."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            await pending
+
+    def abandon(self) -> None:
+        """The channel ended: a `write_now` still pending is stopped (its error dropped)."""
+        pending, self.pending = self.pending, None
+        if pending is None:
+            return
+        if pending.done():
+            if not pending.cancelled():
+                pending.exception()  # retrieved: the channel is gone, nobody is told
+        else:
+            pending.cancel()
+
+
+async def _finish(step: Any, waiting_on: Any) -> None:
+    """Run to its end a coroutine that suspended (on `waiting_on`) outside any task."""
+    try:
+        while True:
+            if asyncio.isfuture(waiting_on):
+                await asyncio.wait((waiting_on,))
+            else:
+                await asyncio.sleep(0)  # a bare yield: it asked for a turn of the loop
+            waiting_on = step.send(None)
+    except StopIteration:
+        return
+    finally:
+        step.close()
 
 
 async def watch_disconnect(receive: Receive, task: asyncio.Task[Any] | None) -> bool:

@@ -31,6 +31,7 @@ from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from api.mcp.sdk import connection_of
 from majordomus.config import Settings
 from majordomus.engine import Engine
 from majordomus.episodes import HolderKind, hold_seconds
@@ -51,11 +52,6 @@ _STATE_EPISODE = "majordomus.episode"
 _STATE_HOLDER = "majordomus.holder"
 _STATE_RENEWED = "majordomus.renewed_at"
 _STATE_WATCHED = "majordomus.watched"
-
-
-def connection_of(ctx: ServerRequestContext[Any, Any]) -> Connection:
-    """The SDK's per-connection state; mcp 2.3 offers no public accessor (pinned <2.4)."""
-    return ctx.session._connection  # noqa: SLF001
 
 
 class McpConnection:

@@ -11,13 +11,14 @@ the same 421 envelope on all three. This module does not own the HTTP app: the A
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
+from api.live import FeedHub
+from api.mcp.sdk import session_connected
 from api.mcp.server import McpSurface
 from majordomus.config import Settings
 from majordomus.engine import Engine
@@ -52,10 +53,11 @@ class McpMount:
             yield
 
 
-def build_mcp(engine: Engine, settings: Settings) -> McpMount:
+def build_mcp(engine: Engine, settings: Settings, hub: FeedHub | None = None) -> McpMount:
     """The MCP surface over `engine`, ready to mount at `/mcp` behind `api.access.AccessGuard`
-    (which checks Host and Origin for it)."""
-    surface = McpSurface(engine, settings)
+    (which checks Host and Origin for it); `hub`, the API's shared feed reader, pushes task
+    status to `subscriptions/listen` streams."""
+    surface = McpSurface(engine, settings, hub=hub)
     manager = StreamableHTTPSessionManager(
         app=surface.server,
         json_response=False,
@@ -64,16 +66,3 @@ def build_mcp(engine: Engine, settings: Settings) -> McpMount:
     )
     surface.held.connected = lambda conn: session_connected(manager, conn.session_id)
     return McpMount(surface, manager)
-
-
-def session_connected(manager: StreamableHTTPSessionManager, session_id: str | None) -> bool:
-    """Whether a 2025 session has a request in flight or its GET stream open right now.
-
-    The SDK suspends a session's idle countdown exactly then (its `idle_scope` deadline is
-    infinite); mcp 2.3 keeps the transports in a private map, hence this one helper.
-    """
-    transport = manager._server_instances.get(session_id or "")  # noqa: SLF001
-    if transport is None or transport.is_terminated:
-        return False
-    idle = transport.idle_scope
-    return idle is None or idle.deadline == math.inf

@@ -29,13 +29,18 @@ from mcp.server import Server, ServerRequestContext
 
 import majordomus
 from api.errors import classify
+from api.live import FeedHub
 from api.mcp.episodes import HeldEpisodes
+from api.mcp.results import error_result, ok_result, still_running
+from api.mcp.sdk import install_extension
+from api.mcp.task_listen import TaskListen, TaskListenParams
+from api.mcp.tasks import TaskBook, TasksExtension, task_support_of, with_task_support
+from api.mcp.tasks_2025 import Tasks2025
 from majordomus.config import LIMITS, Settings
 from majordomus.context import Context
 from majordomus.engine import Engine
-from majordomus.errors import MajordomusError
 from majordomus.model import ExecutionEvent, ExecutionProgress, ExecutionSnapshot, describe_event
-from majordomus.registry import Capability, Registry
+from majordomus.registry import Capability
 
 log = logging.getLogger("majordomus.mcp")
 
@@ -54,52 +59,15 @@ INSTRUCTIONS = (
     "majordomus_execution_cancel. To group your work, call majordomus_session_attach with "
     "your own durable conversation or thread id: the executions you start then carry it, "
     "and coming back under the same id resumes it. Without a session, send that id as "
-    "_meta 'majordomus/episode' on your requests."
+    "_meta 'majordomus/episode' on your requests. A client of the MCP tasks extension "
+    "(io.modelcontextprotocol/tasks) gets a task for any tool whose execution.taskSupport "
+    "allows one: poll it with tasks/get or follow it with subscriptions/listen taskIds."
 )
 
 
 def replica_id() -> str:
     """This process among the API replicas: host, pid and a random suffix."""
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
-
-
-# -- results --------------------------------------------------------------------------------
-
-
-def ok_result(value: Any) -> types.CallToolResult:
-    """A tool's answer: the structured value, and the same JSON as a text block."""
-    return types.CallToolResult(
-        content=[types.TextContent(text=msgspec.json.encode(value).decode())],
-        structured_content=msgspec.to_builtins(value),
-    )
-
-
-def error_result(err: MajordomusError, **meta: Any) -> types.CallToolResult:
-    """A failure as a tool result the model can read and a program can branch on (the
-    execution it ran as, when it ran as one, is the error's `correlation_id`)."""
-    error = {"code": err.code, "suggestion": err.suggestion}
-    if err.correlation_id:
-        error["correlation_id"] = err.correlation_id
-    return types.CallToolResult(
-        content=[types.TextContent(text=f"{err.code}: {err.message}")],
-        is_error=True,
-        _meta={"majordomus": {"error": error, **meta}},
-    )
-
-
-def still_running(snap: ExecutionSnapshot, registry: Registry) -> types.CallToolResult:
-    """A tool call whose execution outlasted the call's wait. Not its output, so not a
-    result its output schema would have to describe: an error result that says where the
-    execution goes on, with the execution itself in `_meta`."""
-    err = MajordomusError(
-        "unavailable",
-        f"{snap.capability} is still {snap.state} as {snap.id} after "
-        f"{LIMITS.wait_bound_ms // 1000} s; its output is not ready yet",
-        f"wait for it with the tool {registry.require('executions.wait').exposure.mcp_tool} "
-        f"(id {snap.id}), or follow it at {snap.links.live}",
-        snap.id,
-    )
-    return error_result(err, execution=msgspec.to_builtins(snap))
 
 
 class ProgressForwarder:
@@ -134,7 +102,14 @@ class ProgressForwarder:
 class McpSurface:
     """The low-level MCP server over one engine, and the episodes this replica holds."""
 
-    def __init__(self, engine: Engine, settings: Settings, *, stdio: bool = False) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        settings: Settings,
+        *,
+        stdio: bool = False,
+        hub: FeedHub | None = None,
+    ) -> None:
         self.engine = engine
         self.settings = settings
         self.held = HeldEpisodes(engine, settings, replica_id(), stdio=stdio)
@@ -152,6 +127,7 @@ class McpSurface:
                 input_schema=cap.input_schema,
                 output_schema=cap.output_schema,
                 annotations=types.ToolAnnotations(read_only_hint=cap.kind == "query"),
+                execution=types.ToolExecution(task_support=task_support_of(cap)),
             )
         self.server: Server[Any] = Server(
             "majordomus",
@@ -166,6 +142,18 @@ class McpSurface:
             get_tool_input_schema=self.input_schema_of,
         )
         self.server.middleware.append(self.held.renew_episode)
+        # Tasks (`api.mcp.tasks`): the extension's methods and its tools/call interceptor,
+        # the listen stream that pushes their status, and taskSupport on every tool.
+        self.book = TaskBook(engine, settings)
+        self.tasks = TasksExtension(engine, self.book, self.held, self.capabilities)
+        install_extension(self.server, self.tasks, self.call_tool)
+        self.listen = TaskListen(self.book, self.tasks.owner)
+        self.listen.hub = hub
+        self.server.add_request_handler("subscriptions/listen", TaskListenParams, self.listen)
+        self.server.middleware.append(with_task_support(self.capabilities))
+        self.tasks_2025 = Tasks2025(self.tasks)
+        self.tasks_2025.hub = hub
+        self.tasks_2025.install(self.server)
 
     # -- tools ----------------------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """`majordomus mcp`: the MCP server over stdio, on a Redis client of its own.
 
 One client on stdin and stdout holds one session (its episode is held while the process
-serves). This module only runs the server; what it serves is `api.mcp.server`'s.
+serves); a feed reader of its own pushes the status of the tasks it follows. This module
+only runs the server; what it serves is `api.mcp.server`'s.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import logging
 
 import anyio
 
+from api.live import FeedHub
 from api.mcp.server import McpSurface
 from majordomus.config import Settings
 from majordomus.engine import Engine
@@ -29,9 +31,12 @@ async def serve_stdio(settings: Settings) -> None:
 
     registry = load_capabilities(settings.capabilities)
     engine = Engine(connect(settings.redis_url), registry, settings)
-    surface = McpSurface(engine, settings, stdio=True)
+    hub = FeedHub(engine, settings)
+    surface = McpSurface(engine, settings, stdio=True, hub=hub)
     try:
+        await hub.start()
         async with surface.held.maintained(), stdio_server() as (read, write):
             await surface.server.run(read, write, surface.server.create_initialization_options())
     finally:
+        await hub.stop()
         await engine.aclose()

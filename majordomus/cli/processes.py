@@ -86,6 +86,18 @@ def _serve_worker_metrics(host: str) -> None:
     logging.getLogger("majordomus.worker").info("metrics on http://%s:%d/metrics", host, port)
 
 
+def _worker_loop() -> None:
+    """Set the worker's event loop (uvloop where installed, `majordomus.event_loop`) before
+    arq's `Worker` takes the current one, and say which it is."""
+    import asyncio
+
+    from majordomus.event_loop import choose
+
+    choice = choose(settings().fast_loop)
+    asyncio.set_event_loop(choice.new_loop())
+    logging.getLogger("majordomus.worker").info("event loop %s (%s)", choice.loop, choice.why_loop)
+
+
 def worker(
     max_jobs: int = typer.Option(
         0, help="Executions this worker runs at once (default MAJORDOMUS_MAX_JOBS)."
@@ -101,6 +113,7 @@ def worker(
     _logging()
     _serve_worker_metrics(metrics_host)
     overrides = {"max_jobs": max_jobs} if max_jobs else {}
+    _worker_loop()
     build_worker(settings(), **overrides).run()
 
 

@@ -114,3 +114,11 @@ class Keys:
     def schedule(self, schedule_id: str) -> str:
         """One schedule: its definition, origin, pause and last tick (`store/schedules.py`)."""
         return f"{self.prefix}:sched:{{{schedule_id}}}"
+
+    # -- MCP tasks (`majordomus.store.tasks`) -------------------------------------------------
+
+    def task(self, execution_id: str) -> str:
+        """The MCP task an execution backs: its id secret's hash, its owner and its tool. It
+        shares the execution's hash tag, so a task and its execution are read in one round
+        trip on one node, and on a Redis Cluster in one slot."""
+        return f"{self.prefix}:task:{{{execution_id}}}"
