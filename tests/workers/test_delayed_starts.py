@@ -127,3 +127,21 @@ async def test_many_delayed_executions_come_due_together_and_all_start(
 
     assert await until(all_done, timeout=20)
     assert await engine.redis.zcard(engine.store.keys.delayed) == 0
+
+
+async def test_a_start_due_past_the_retention_keeps_its_input_and_its_key_until_then(
+    engine: Engine,
+) -> None:
+    """Due in 30 days with a 7-day retention: its worker-only input (secrets) and its
+    idempotency key outlive the retention by as long as it waits."""
+    due = int(time.time() * 1000) + 30 * 24 * 3600 * 1000
+    snap = await engine.start(
+        "tests.login",
+        {"user": "ada", "token": "s3cret"},
+        options=StartOptions(start_at_ms=due, idempotency_key="far-ahead"),
+    )
+    keys = engine.store.keys
+    retain_ms = engine.settings.retain_seconds * 1000
+    for key in (keys.secret_input(snap.id), keys.idempotency("far-ahead")):
+        ttl = await engine.redis.pttl(key)
+        assert ttl > retain_ms + 29 * 24 * 3600 * 1000, (key, ttl)

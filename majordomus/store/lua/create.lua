@@ -75,13 +75,17 @@ redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 2, 'e', e2)
 redis.call('ZADD', KEYS[4], order, id)
 -- idx:queued is scored by when it is due, so a wait is counted from then.
 redis.call('ZADD', KEYS[5], at, id)
-if ARGV[11] ~= '' then redis.call('SET', KEYS[6], ARGV[11], 'PX', ARGV[12]) end
+-- The worker-only input and the idempotency key are kept the retention past when it is
+-- due, so a start due later than the retention still runs with its input, and its key
+-- still answers it.
+local keep = tonumber(ARGV[12]) + (at - now)
+if ARGV[11] ~= '' then redis.call('SET', KEYS[6], ARGV[11], 'PX', keep) end
 if ready then
   redis.call('ZADD', KEYS[7], qscore, id)
 else
   redis.call('ZADD', KEYS[9], due, id)
 end
-if KEYS[10] ~= '' then redis.call('SET', KEYS[10], id .. ' ' .. ARGV[20], 'PX', ARGV[12]) end
+if KEYS[10] ~= '' then redis.call('SET', KEYS[10], id .. ' ' .. ARGV[20], 'PX', keep) end
 if KEYS[11] ~= '' and redis.call('EXISTS', KEYS[11]) == 1 then
   redis.call('HSET', KEYS[11], 'retried_as', id)
 end
