@@ -21,6 +21,7 @@ import os
 import secrets
 import socket
 from typing import Any
+from urllib.parse import unquote
 
 import anyio
 import msgspec
@@ -49,6 +50,10 @@ START = "executions.start"
 RESOURCE_LIST = "majordomus://executions"
 RESOURCE_PROTOCOL = "majordomus://executions/protocol"
 RESOURCE_EXECUTION = "majordomus://executions/{id}"
+RESOURCE_TASKS = "majordomus://tasks"
+RESOURCE_EPISODE_TASKS = "majordomus://episodes/{episode}/tasks"
+TASKS_LISTED = 100
+"""Tasks a listing shows: the newest."""
 JSON = "application/json"
 
 INSTRUCTIONS = (
@@ -63,6 +68,14 @@ INSTRUCTIONS = (
     "(io.modelcontextprotocol/tasks) gets a task for any tool whose execution.taskSupport "
     "allows one: poll it with tasks/get or follow it with subscriptions/listen taskIds."
 )
+
+
+def episode_tasks_of(uri: str) -> str | None:
+    """The episode a `majordomus://episodes/{episode}/tasks` URI names, or None."""
+    head, tail = "majordomus://episodes/", "/tasks"
+    if not (uri.startswith(head) and uri.endswith(tail)) or len(uri) <= len(head) + len(tail):
+        return None
+    return unquote(uri[len(head) : -len(tail)])
 
 
 def replica_id() -> str:
@@ -226,6 +239,16 @@ class McpSurface:
                     mime_type=JSON,
                 ),
                 types.Resource(
+                    uri=RESOURCE_TASKS,
+                    name="tasks",
+                    title="Your tasks",
+                    description=(
+                        "The MCP tasks you created (as your episode, or else your bearer "
+                        "token), newest first: each one's execution and status."
+                    ),
+                    mime_type=JSON,
+                ),
+                types.Resource(
                     uri=RESOURCE_PROTOCOL,
                     name="protocol",
                     title="The live protocol",
@@ -246,9 +269,28 @@ class McpSurface:
                     title="One execution",
                     description="One execution's snapshot: state, progress, steps, output or error.",
                     mime_type=JSON,
-                )
+                ),
+                types.ResourceTemplate(
+                    uri_template=RESOURCE_EPISODE_TASKS,
+                    name="episode-tasks",
+                    title="An episode's tasks",
+                    description=(
+                        "The MCP tasks an episode created, newest first; readable only as "
+                        "that episode (its session, or `_meta` 'majordomus/episode')."
+                    ),
+                    mime_type=JSON,
+                ),
             ]
         )
+
+    async def tasks_listing(self, ctx: ServerRequestContext[Any, Any], uri: str) -> Any:
+        """The caller's tasks; an episode's only to a caller acting as that episode (anyone
+        else is told the resource does not exist, as a task is)."""
+        owner = self.tasks.owner(ctx)
+        named = episode_tasks_of(uri)
+        if named is not None and owner != f"episode:{named}":
+            raise MCPError(types.INVALID_PARAMS, "Resource not found", data={"uri": uri})
+        return {"tasks": await self.book.listed(owner, TASKS_LISTED)}
 
     async def read_resource(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
@@ -260,6 +302,8 @@ class McpSurface:
                 value: Any = await self.engine.list()
             elif uri == RESOURCE_PROTOCOL:
                 value = self.engine.protocol()
+            elif uri == RESOURCE_TASKS or episode_tasks_of(uri) is not None:
+                value = await self.tasks_listing(ctx, uri)
             elif uri.startswith(prefix) and uri != prefix:
                 value = await self.engine.get(uri[len(prefix) :])
             else:

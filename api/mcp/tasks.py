@@ -189,6 +189,22 @@ class TaskBody(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True)
     meta: dict[str, Any] | UnsetType = msgspec.field(default=UNSET, name="_meta")
 
 
+class ListedTask(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+    """One task of an owner's listing (`majordomus://tasks`): its execution and where it
+    stands. Its task id is not there: only the id's hash is kept, so only the client that
+    created the task holds it; the execution (its snapshot, its events) is anyone's to read."""
+
+    execution_id: str
+    tool: str
+    status: TaskStatus
+    status_message: str
+    created_at: str
+    last_updated_at: str
+    ttl_ms: int | None
+    resource: str
+    links: dict[str, Any]
+
+
 class LegacyTaskBody(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
     """A task in the 2025-11-25 shape (SEP-1686's `Task`: `ttl`, `pollInterval`)."""
 
@@ -427,6 +443,36 @@ class TaskBook:
             return None
         snap = self.engine.snapshot_from(read.snapshot)
         return TaskState.of(task_id, record, snap, read.last_event)
+
+    async def listed(self, owner: str, count: int) -> list[ListedTask]:
+        """`owner`'s newest `count` tasks that still exist, newest first, each as it stands
+        (a retried one as its last attempt)."""
+        ids = await self.store.owned(owner, count)
+        listed: list[ListedTask] = []
+        for read in await self.store.read_many(ids):
+            record = read.record
+            if record is None or read.snapshot is None:
+                continue  # forgotten past the retention, or its record never written
+            if not hmac.compare_digest(record.owner, owner):
+                continue
+            snap = self.engine.snapshot_from(read.snapshot)
+            state = TaskState.of("", record, snap, read.last_event)
+            if state.state == "failed" and state.retried_as:
+                state = await self.follow_chain(state)
+            listed.append(
+                ListedTask(
+                    execution_id=state.execution_id,
+                    tool=state.tool,
+                    status=state.status,
+                    status_message=state.status_message,
+                    created_at=state.created_at,
+                    last_updated_at=state.updated_at,
+                    ttl_ms=state.ttl_ms(self.keep_ms),
+                    resource=f"majordomus://executions/{state.execution_id}",
+                    links=msgspec.to_builtins(self.engine.links(state.execution_id)),
+                )
+            )
+        return listed
 
     async def reread(self, state: TaskState) -> TaskState:
         """The task read again from Redis (a subscriber that fell behind the feed)."""

@@ -122,3 +122,8 @@ class Keys:
         shares the execution's hash tag, so a task and its execution are read in one round
         trip on one node, and on a Redis Cluster in one slot."""
         return f"{self.prefix}:task:{{{execution_id}}}"
+
+    def owner_tasks(self, owner: str) -> str:
+        """The tasks one owner (an episode, a bearer token's hash) created, newest last,
+        scored by creation (epoch ms): what `majordomus://tasks` lists."""
+        return f"{self.prefix}:tasks:{{{owner}}}"

@@ -12,6 +12,11 @@ outlives it slightly and a read then finds no snapshot (the task is gone, as its
 is). A task that nobody reads for the whole retention time while its execution still runs
 is forgotten; the execution goes on.
 
+Each owner's tasks are also listed (`owner_tasks`, newest kept `OWNER_TASKS_KEPT`), by
+execution id only: that index is written before the record, in a step of its own (the two
+live in different slots on a Redis Cluster), so a process killed between the two leaves
+at worst a listed execution with no task, which the listing skips.
+
 This module stores and reads; it decides nothing about owners, secrets or statuses.
 """
 
@@ -54,6 +59,10 @@ def _record_of(raw: dict[bytes, bytes]) -> TaskRecord | None:
     )
 
 
+OWNER_TASKS_KEPT = 1000
+"""The newest tasks an owner's listing keeps; older ones stay readable by their id."""
+
+
 class TaskStore(StoreBase):
     """Every Redis command the MCP tasks send."""
 
@@ -65,6 +74,12 @@ class TaskStore(StoreBase):
         """Record that `execution_id` backs a task (written before the task is answered, so
         a `tasks/get` of its id on any replica finds it)."""
         key = self.keys.task(execution_id)
+        listed = self.keys.owner_tasks(record.owner)
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.zadd(listed, {execution_id: record.created_ms})
+            pipe.zremrangebyrank(listed, 0, -OWNER_TASKS_KEPT - 1)
+            pipe.pexpire(listed, self.keep_ms)
+            await pipe.execute()
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(
                 key,
@@ -77,6 +92,11 @@ class TaskStore(StoreBase):
             )
             pipe.pexpire(key, self.keep_ms)
             await pipe.execute()
+
+    async def owned(self, owner: str, count: int) -> list[str]:
+        """The execution ids of `owner`'s newest `count` tasks, newest first."""
+        raw = await self.redis.zrevrange(self.keys.owner_tasks(owner), 0, count - 1)
+        return [r.decode() for r in raw]
 
     async def read(self, execution_id: str) -> TaskRead:
         """The task of `execution_id`, its snapshot and its last event, in one round trip;

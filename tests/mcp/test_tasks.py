@@ -423,6 +423,57 @@ async def test_another_owners_task_answers_as_if_it_did_not_exist(spawn_api: Any
         await raw.aclose()
 
 
+async def test_an_owners_tasks_are_listed_by_resource_to_that_owner_alone(
+    spawn_api: Any, worker: Any
+) -> None:
+    api = spawn_api(MAJORDOMUS_API_TOKEN="s3cret")
+    raw = Raw(api.url, token="s3cret")
+    episode = f"lister-{time.monotonic_ns()}"
+
+    async def read(uri: str, episode: str | None) -> dict[str, Any]:
+        return await raw.request("resources/read", {"uri": uri}, name=uri, episode=episode)
+
+    try:
+        first = await raw.task(DEMO, {"steps": 1}, episode=episode)
+        second = await raw.task("majordomus_tests_sleepy", {"seconds": 30}, episode=episode)
+        await raw.task("majordomus_tests_noop", {})  # the token's, not the episode's
+        ids = [t["_meta"]["majordomus"]["execution"]["id"] for t in (second, first)]
+        deadline = time.monotonic() + 20
+        while (await raw.result("tasks/get", {"taskId": first["taskId"]}, episode=episode))[
+            "status"
+        ] == "working":
+            assert time.monotonic() < deadline
+            await anyio.sleep(0.05)
+
+        listed = await raw.result("resources/list", {}, name=None, episode=episode)
+        assert "majordomus://tasks" in [r["uri"] for r in listed["resources"]]
+        templates = await raw.result("resources/templates/list", {}, episode=episode)
+        assert "majordomus://episodes/{episode}/tasks" in [
+            t["uriTemplate"] for t in templates["resourceTemplates"]
+        ]
+        for uri in ("majordomus://tasks", f"majordomus://episodes/{episode}/tasks"):
+            answer = await read(uri, episode)
+            body = json.loads(answer["result"]["contents"][0]["text"])
+            tasks = body["tasks"]
+            assert [t["executionId"] for t in tasks] == ids  # newest first, the token's apart
+            assert [t["status"] for t in tasks] == ["working", "completed"]
+            assert tasks[1]["statusMessage"] == "succeeded" and tasks[1]["tool"] == DEMO
+            assert tasks[0]["resource"] == f"majordomus://executions/{ids[0]}"
+            assert tasks[0]["links"]["events"].endswith(ids[0])
+            # The task ids stay with their creator: only their hash is kept.
+            assert first["taskId"] not in answer["result"]["contents"][0]["text"]
+        # The token's own listing has its one task; another episode is told nothing exists.
+        mine = json.loads((await read("majordomus://tasks", None))["result"]["contents"][0]["text"])
+        assert len(mine["tasks"]) >= 1 and not set(ids) & {t["executionId"] for t in mine["tasks"]}
+        for asked in (None, "someone-else"):
+            refused = await read(f"majordomus://episodes/{episode}/tasks", asked)
+            assert refused["error"]["code"] == NOT_FOUND, refused
+            assert refused["error"]["message"] == "Resource not found"
+        await raw.result("tasks/cancel", {"taskId": second["taskId"]}, episode=episode)
+    finally:
+        await raw.aclose()
+
+
 async def test_any_api_process_answers_and_a_restart_between_call_and_get_loses_nothing(
     api: ApiProcess, spawn_api: Any, worker: Any
 ) -> None:

@@ -190,9 +190,16 @@ async def test_cancelling_a_wait_ends_the_call_and_never_the_execution(
 async def test_executions_are_resources(api: ApiProcess, worker: Any, mode: str) -> None:
     async with Client(api.url, mode=mode) as client:
         uris = [str(r.uri) for r in (await client.list_resources()).resources]
-        assert uris == ["majordomus://executions", "majordomus://executions/protocol"]
+        assert uris == [
+            "majordomus://executions",
+            "majordomus://tasks",
+            "majordomus://executions/protocol",
+        ]
         templates = (await client.list_resource_templates()).resource_templates
-        assert [t.uri_template for t in templates] == ["majordomus://executions/{id}"]
+        assert [t.uri_template for t in templates] == [
+            "majordomus://executions/{id}",
+            "majordomus://episodes/{episode}/tasks",
+        ]
 
         started = await call(
             client, "majordomus_execution_start", {"capability": "executions.demonstrate"}
