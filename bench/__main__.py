@@ -35,7 +35,7 @@ from majordomus.store.embedded import EmbeddedRedis
 
 SCENARIOS = (
     "throughput", "pickup", "events", "history", "live", "memory", "cli", "redis_cost", "peers",
-    "console", "over_time",
+    "console", "over_time", "shards",
 )
 """Modules of `bench/`, in the order they run and are numbered in BENCHMARKS.md."""
 MODULES = {"cli": "cli_e2e"}

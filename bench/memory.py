@@ -45,7 +45,6 @@ from bench.harness import (
 )
 from majordomus.config import LIMITS
 from majordomus.engine import Engine
-from majordomus.store.keys import Keys
 
 MiB = 2**20
 EVENTS_PER_EXECUTION = 600
@@ -80,7 +79,7 @@ async def run(bench: Bench) -> list[Row]:
 
 async def _redis_bytes(bench: Bench, engine: Engine) -> list[Row]:
     count = bench.size(20, 5)
-    keys = Keys(engine.settings.key_prefix)
+    keys = engine.store.keys
     redis = engine.redis
     started = [
         await engine.start("bench.emit", {"events": EVENTS_PER_EXECUTION}) for _ in range(count)
@@ -106,8 +105,9 @@ async def _redis_bytes(bench: Bench, engine: Engine) -> list[Row]:
     written = [envelopes[0]] * (last_seq - len(envelopes)) + envelopes
     as_envelopes = await _raw_stream(bench, [{"e": e} for e in written])
     as_data = await _raw_stream(bench, [_type_and_data(e) for e in written])
-    feed_bytes = await redis.memory_usage(keys.feed, samples=0) or 0
-    feed_entries = await redis.xlen(keys.feed)
+    feeds = [part.feed for part in keys.partitions]
+    feed_bytes = sum([await redis.memory_usage(feed, samples=0) or 0 for feed in feeds])
+    feed_entries = sum([await redis.xlen(feed) for feed in feeds])
     ours = median(per_execution)
     bench.note(
         f"memory: {count} executions of {EVENTS_PER_EXECUTION} progress reports each "

@@ -90,7 +90,7 @@ async def _cpu(bench: Bench, n: int) -> tuple[float, float]:
                 kids.append(majordomus_worker(bench, MAX_JOBS))
                 await wait_for_workers(bench, 1)
                 before = await _server_cpu(redis)
-                while int(await redis.zcard(engine.store.keys.finished)) < n:
+                while await engine.store.finished_count() < n:
                     if not kids[0].alive():
                         raise RuntimeError(f"the worker died:\n{kids[0].log()[-1500:]}")
                     await asyncio.sleep(0.01)
@@ -141,10 +141,10 @@ async def _round_trips(bench: Bench, n: int) -> Counter[str]:
 
                 counter = asyncio.create_task(count())
                 await ready.wait()
-                finished = engine.store.keys.finished
+                finished = [part.finished for part in engine.store.keys.partitions]
                 for done in range(1, n + 1):
                     await engine.start("bench.noop", {})
-                    while int(await watcher.zcard(finished)) < done:
+                    while sum([int(await watcher.zcard(f)) for f in finished]) < done:
                         await asyncio.sleep(0.001)
                 counter.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):

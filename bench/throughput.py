@@ -137,10 +137,8 @@ class _arq_client:
 
 
 async def _drain_ours(engine: Any, n: int, kids: list[Child]) -> float:
-    finished_key = engine.store.keys.finished
-
     async def finished() -> int:
-        return int(await engine.redis.zcard(finished_key))
+        return int(await engine.store.finished_count())
 
     before = await finished()
 

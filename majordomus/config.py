@@ -9,6 +9,7 @@ are named in `LIMITS` beside it: they are part of the contract, not settings.
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 from typing import Annotated, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -64,9 +65,11 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     poll_seconds: float = 1.0
     """A worker's long-poll fallback when no wake-up signal arrives."""
     feed_max_events: int = 10_000
-    """Entries kept in the global feed that the unscoped live channel resumes from."""
+    """Entries kept in the global feed that the unscoped live channel resumes from (in each partition's feed)."""
     key_prefix: str = "md"
-    """Prefix of every Redis key majordomus writes, arq's queue and job keys included (`<prefix>:queue`, `<prefix>:job:{<id>}`)."""
+    """Prefix of every Redis key majordomus writes, arq's worker health record included (`<prefix>:queue:health-check`)."""
+    partitions: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 1
+    """How many partitions the executions are split into (`majordomus.store.keys`): each has its own queue, indexes and live feed in one hash slot, so on a Redis Cluster they spread over the shards (give at least as many as shards). Fixed for a deployment's life: every process must agree, and changing it loses track of existing executions."""
     metrics_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
     """The port a worker serves its Prometheus metrics on (`/metrics`; on 127.0.0.1 unless `majordomus worker --metrics-host` names another); unset: none."""
     api_url: str | None = None
@@ -130,12 +133,15 @@ def settings() -> Settings:
 
 
 def shown_url(url: str) -> str:
-    """A URL fit for a message or a banner: any password replaced by `***`."""
+    """A URL fit for a message or a banner: any password replaced by `***`, the userinfo's
+    and a Sentinel URL's `sentinel_password` (the hosts as given, a cluster's several seeds
+    and IPv6 brackets included)."""
     parts = urlsplit(url)
-    if parts.password is None:
+    query = re.sub(r"(^|&)(sentinel_password=)[^&]*", r"\1\2***", parts.query)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    netloc = parts.netloc
+    if at and ":" in userinfo:
+        netloc = f"{userinfo.partition(':')[0]}:***@{hosts}"
+    if (netloc, query) == (parts.netloc, parts.query):
         return url
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, ""))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))

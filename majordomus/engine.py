@@ -31,7 +31,7 @@ from majordomus.errors import (
     not_found,
     refused,
 )
-from majordomus.ids import PROTOCOL_VERSION, new_execution_id, require_execution_id
+from majordomus.ids import PROTOCOL_VERSION, require_execution_id
 from majordomus.metrics import METRICS
 from majordomus.model import (
     CURSOR_BOUND,
@@ -66,11 +66,14 @@ from majordomus.store.connect import RedisClient
 from majordomus.store.episodes import EpisodeStore
 from majordomus.store.executions import Created, RawPage, StartPlan, Store, encode
 from majordomus.store.failures import UNREACHABLE
-from majordomus.store.feed import FeedEntry
+from majordomus.store.feed import CURSOR_SEPARATOR, FeedBounds, FeedEntry
 
 LIVE_PATH = "/events"
 
 FeedPage = list[FeedEntry]
+"""Feed entries, merged across the partitions, each with the cursor to resume after it."""
+FeedState = list[FeedBounds]
+"""Each partition's feed bounds, in partition order."""
 StoredEvents = list[bytes]
 WorkerIds = list[str]
 
@@ -97,20 +100,40 @@ def require_sequence(after: int) -> int:
     return after
 
 
-def require_feed_id(feed_id: str) -> str:
-    """A feed cursor (`<ms>-<n>`) as given, or `invalid_input` when a part is past the
-    bound (or both are at it: nothing can follow that id)."""
-    ms, _, seq = feed_id.partition("-")
-    try:
-        parts = (int(ms), int(seq or 0))
-    except ValueError:
-        parts = (-1, -1)
-    if min(parts) < 0 or max(parts) > CURSOR_BOUND or parts == (CURSOR_BOUND, CURSOR_BOUND):
+def _stream_id(text: str) -> str | None:
+    """One partition's position (`<ms>-<n>`, or `<ms>` for `<ms>-0`) written in full, or
+    None when it is not one: not digits, a part past the bound, or both at it (nothing can
+    follow that id)."""
+    ms, dash, seq = text.partition("-")
+    if not (ms.isdigit() and ms.isascii()) or (dash and not (seq.isdigit() and seq.isascii())):
+        return None
+    parts = (int(ms), int(seq or 0))
+    if max(parts) > CURSOR_BOUND or parts == (CURSOR_BOUND, CURSOR_BOUND):
+        return None
+    return f"{parts[0]}-{parts[1]}"
+
+
+def require_feed_id(cursor: str, partitions: int = 1) -> str:
+    """A feed cursor (`majordomus.store.feed`) written in full, or `invalid_input` when it
+    is not one of a feed of `partitions` partitions: one stream id per partition, joined by
+    `_`, each `<ms>-<n>` (or `<ms>`, for `<ms>-0`) with each part from 0 to the bound, and
+    not both at it (nothing can follow that id). With one partition it is one stream id."""
+    texts = cursor.split(CURSOR_SEPARATOR)
+    ids = [_stream_id(t) for t in texts] if len(texts) == partitions else []
+    if not ids or None in ids:
+        if partitions == 1:
+            raise invalid_input(
+                f"{cursor!r} is not a feed id of this channel",
+                f"a feed id is <ms>-<n>, each part from 0 to {CURSOR_BOUND}, "
+                "such as 1701234567890-0",
+            )
         raise invalid_input(
-            f"{feed_id!r} is not a feed id of this channel",
-            f"a feed id is <ms>-<n>, each part from 0 to {CURSOR_BOUND}, such as 1701234567890-0",
+            f"{cursor!r} is not a feed cursor of this channel ({partitions} partitions)",
+            f"a feed cursor is {partitions} feed ids joined by '_', one per partition, each "
+            f"<ms>-<n> with each part from 0 to {CURSOR_BOUND}, such as "
+            + CURSOR_SEPARATOR.join(["1701234567890-0"] * partitions),
         )
-    return feed_id
+    return CURSOR_SEPARATOR.join(i for i in ids if i is not None)
 
 
 OnEvent = Callable[[ExecutionEvent], Awaitable[None] | None]
@@ -266,7 +289,11 @@ class Engine:
         priority = options.priority or cap.priority
         key = options.idempotency_key
         fingerprint = _fingerprint(cap.id, plain) if key else ""
-        execution_id = new_execution_id()
+        execution_id = self.store.new_id(
+            capped=cap.id if cap.max_concurrency else None,
+            idempotency_key=key,
+            retry_of=options.retry_of,
+        )
         created = await self.store.create(
             execution_id,
             capability=cap.id,
@@ -532,16 +559,26 @@ class Engine:
         """One execution's events after `after`, waiting up to `block_ms` for the first."""
         return await self.store.read_stream_after(execution_id, require_sequence(after), block_ms)
 
-    async def read_feed(self, last_id: str, block_ms: int | None, count: int = 1000) -> FeedPage:
-        """Global feed entries after `last_id`, waiting up to `block_ms` for the first."""
-        return await self.store.read_feed(last_id, block_ms, count)
+    def feed_cursor(self, cursor: str) -> str:
+        """A feed cursor a client gave, written in full (`require_feed_id`, for this
+        deployment's partitions): `invalid_input` when it is not one."""
+        return require_feed_id(cursor, self.settings.partitions)
 
-    async def feed_after(self, after_id: str, count: int) -> FeedPage:
-        """Retained global feed entries after `after_id`, oldest first, at most `count`."""
-        return await self.store.feed_after(require_feed_id(after_id), count)
+    async def read_feed(self, cursor: str, block_ms: int | None, count: int = 1000) -> FeedPage:
+        """Feed entries after `cursor` (one the feed made), merged across the partitions, at
+        most `count`, waiting up to `block_ms` for the first of any partition."""
+        return await self.store.read_feed(cursor, block_ms, count)
 
-    async def feed_state(self) -> tuple[str | None, str | None, int]:
-        """The oldest and newest retained feed ids, and how many entries the feed holds."""
+    async def feed_after(self, cursor: str, count: int, upto: str | None = None) -> FeedPage:
+        """Retained feed entries after `cursor` and up to `upto` (None: the end), merged
+        across the partitions, oldest first, at most `count`."""
+        after = self.feed_cursor(cursor)
+        return await self.store.feed_after(
+            after, count, None if upto is None else self.feed_cursor(upto)
+        )
+
+    async def feed_state(self) -> FeedState:
+        """Each partition's oldest and newest retained feed ids and length, in partition order."""
         return await self.store.feed_state()
 
     async def workers_beating(self, since_ms: int) -> WorkerIds:

@@ -23,7 +23,7 @@ from arq.worker import func
 
 from majordomus.config import Settings, settings
 from majordomus.loading import load_capabilities
-from majordomus.store.connect import DEFAULT_URL, connect
+from majordomus.store.connect import DEFAULT_URL, connect, is_cluster_url, is_sentinel_url
 from majordomus.store.keys import Keys
 from majordomus.store.queue import RUN_EXECUTION
 from majordomus.ticker import Ticker
@@ -78,7 +78,7 @@ def worker_options(cfg: Settings) -> dict[str, Any]:
         "functions": [
             func(run_execution, name=RUN_EXECUTION, timeout=JOB_TIMEOUT_SECONDS, max_tries=10**9)
         ],
-        "queue_name": keys.queue,
+        "queue_name": keys.queue_name,
         "health_check_key": keys.health_check,
         "on_startup": startup,
         "on_shutdown": shutdown,
@@ -97,7 +97,7 @@ class WorkerSettings:
 
     _cfg = settings()
     functions = worker_options(_cfg)["functions"]
-    queue_name = Keys(_cfg.key_prefix).queue
+    queue_name = Keys(_cfg.key_prefix).queue_name
     health_check_key = Keys(_cfg.key_prefix).health_check
     on_startup = startup
     on_shutdown = shutdown
@@ -105,7 +105,13 @@ class WorkerSettings:
     keep_result = 0
     job_serializer = msgspec.msgpack.encode
     job_deserializer = msgspec.msgpack.decode
-    redis_settings = RedisSettings.from_dsn(_cfg.redis_url or DEFAULT_URL)
+    # arq's own `RedisSettings` names one node: a cluster's or Sentinel's workers are
+    # `majordomus worker`'s (`build_worker` hands arq the client), never arq's command line.
+    redis_settings = (
+        None
+        if is_cluster_url(_cfg.redis_url) or is_sentinel_url(_cfg.redis_url)
+        else RedisSettings.from_dsn(_cfg.redis_url or DEFAULT_URL)
+    )
 
 
 def build_worker(cfg: Settings, redis: Any = None, **overrides: Any) -> Any:

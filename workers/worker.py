@@ -74,7 +74,7 @@ class MajordomusWorker(Worker):
                 if (
                     self.burst
                     and not self.tasks
-                    and not await runtime.store.queue_length(self.queue_name)
+                    and not await runtime.store.ready_count()
                 ):
                     return
                 timeout = self._next_wait(runtime.settings.poll_seconds)

@@ -41,14 +41,16 @@ from majordomus.model import StreamReady
 
 CHANNEL_PARAMETERS = frozenset({"execution", "after"})
 
-_FEED_ID = re.compile(r"^\d{1,20}(-\d{1,20})?$")
+_FEED_CURSOR = re.compile(r"^\d{1,20}(-\d{1,20})?(_\d{1,20}(-\d{1,20})?){0,1023}$")
+"""The shape of a feed cursor, one stream id per partition (`majordomus.store.feed`); the
+engine checks its parts against the bound and their count against the partitions."""
 _SEQUENCE = re.compile(r"^\d{1,18}$")
 
 
 class ChannelRequest(msgspec.Struct):
     execution_id: str | None
     cursor: str | None
-    """A sequence (scoped) or a feed id (unscoped); `Last-Event-ID` wins over `after`."""
+    """A sequence (scoped) or a feed cursor (unscoped); `Last-Event-ID` wins over `after`."""
 
 
 def parse_channel_request(scope: Scope) -> ChannelRequest:
@@ -74,7 +76,7 @@ def parse_channel_request(scope: Scope) -> ChannelRequest:
         pattern, shape = (
             (_SEQUENCE, "a sequence number (0 or more)")
             if execution_id
-            else (_FEED_ID, "a feed id such as 1701234567890-0")
+            else (_FEED_CURSOR, "a feed id such as 1701234567890-0 (one a partition, joined by _)")
         )
         if not pattern.match(cursor):
             raise invalid_input(

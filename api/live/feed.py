@@ -1,14 +1,20 @@
 """The shared feed reader of an API process (`FeedHub`) and the listeners it feeds.
 
 `FeedHub` is the only thing in an API process that blocks on Redis for live events: one
-task reads the global feed through the engine (`Engine.read_feed`, blocking) and hands each
-entry to the listeners that want it (the channels of that execution, every unscoped
-channel, and `executions.wait` long polls), each through a bounded buffer. So an API
-process holds a bounded number of Redis connections however many clients listen, and a
-slow client never slows an execution or another client: when its buffer overflows its
-listener is marked behind, stops receiving, and its owner catches up from Redis. A live
-channel waiting with nothing buffered takes the next entry straight through instead
-(`Listener.passes`): written from the reader's task, with no wake-up of the channel's.
+task reads every partition's feed through the engine (`Engine.read_feed`, blocking, the
+partitions merged) and hands each entry to the listeners that want it (the channels of
+that execution, every unscoped channel, and `executions.wait` long polls), each through a
+bounded buffer. So an API process holds a bounded number of Redis connections however
+many clients listen, and a slow client never slows an execution or another client: when
+its buffer overflows its listener is marked behind, stops receiving, and its owner catches
+up from Redis. A live channel waiting with nothing buffered takes the next entry straight
+through instead (`Listener.passes`): written from the reader's task, with no wake-up of
+the channel's.
+
+The hub's cursor is a feed cursor (`majordomus.store.feed`: one stream id per partition),
+and each entry carries the cursor after it, which is the hub's cursor once it is
+dispatched: an unscoped channel that has sent everything the hub has sends it as the SSE
+id, formatted once for all of them.
 
 This module knows feed entries and listeners; it does not write to a client, nor decide
 what a channel sends (`api.live.channel`, `api.live.scopes`).
@@ -30,6 +36,8 @@ from majordomus.errors import unavailable
 from majordomus.loops import Failures, stop_task, within
 from majordomus.model import TERMINAL_EVENT_TYPES
 from majordomus.states import FINAL
+from majordomus.store.feed import FeedEntry as StoredFeedEntry
+from majordomus.store.feed import newest_cursor, stream_key
 
 log = logging.getLogger("majordomus.live")
 
@@ -60,15 +68,8 @@ class EventHead(msgspec.Struct):
 head_of = msgspec.json.Decoder(EventHead).decode
 
 
-def feed_key(feed_id: str) -> tuple[int, int]:
-    ms, _, seq = feed_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def feed_id_of(text: str) -> str:
-    """A cursor of the unscoped channel as a full feed id (`1701234567890` is `...-0`)."""
-    ms, seq = feed_key(text)
-    return f"{ms}-{seq}"
+feed_key = stream_key
+"""A stream id as it orders (`1701234567890` is `1701234567890-0`)."""
 
 
 class FeedEntry:
@@ -76,13 +77,31 @@ class FeedEntry:
     its SSE message formatted once (per channel kind) however many listeners send it."""
 
     __slots__ = (
-        "feed_id", "key", "execution_id", "sequence", "envelope", "type", "_scoped", "_feed"
+        "feed_id", "partition", "stream_id", "key", "previous", "execution_id", "sequence",
+        "envelope", "type", "_scoped", "_feed",
     )  # fmt: skip
 
-    def __init__(self, feed_id: str, execution_id: str, sequence: int, envelope: bytes) -> None:
+    def __init__(
+        self,
+        feed_id: str,
+        execution_id: str,
+        sequence: int,
+        envelope: bytes,
+        partition: int = 0,
+        stream_id: str | None = None,
+        previous: str | None = None,
+    ) -> None:
         self.feed_id = feed_id
-        self.key = feed_key(feed_id)
-        """The feed id as it orders (`feed_key`), computed once for every unscoped channel."""
+        """The feed cursor to resume after it: its id on the unscoped channel (with one
+        partition, its stream id)."""
+        self.partition = partition
+        self.stream_id = stream_id = stream_id or feed_id
+        """Its id in its partition's feed."""
+        self.key = feed_key(stream_id)
+        """Its stream id as it orders (`feed_key`), computed once for every unscoped channel."""
+        self.previous = previous
+        """The cursor before it (the one it was read after, or the previous entry's): a
+        channel at that cursor moves to `feed_id` by sending it."""
         self.execution_id = execution_id
         self.sequence = sequence
         self.envelope = envelope
@@ -101,14 +120,22 @@ class FeedEntry:
         return self._scoped
 
     def feed_message(self) -> bytes:
-        """The message of the unscoped channel (the feed id as the SSE id)."""
+        """The message of the unscoped channel (the feed cursor after it as the SSE id)."""
         if self._feed is None:
             self._feed = sse_event(self.feed_id, self.type, self.envelope)
         return self._feed
 
 
-def feed_entries(raw: Iterable[tuple[str, str, int, bytes]]) -> list[FeedEntry]:
-    return [FeedEntry(*fields) for fields in raw]
+def feed_entries(raw: Iterable[StoredFeedEntry], after: str) -> list[FeedEntry]:
+    """The entries of a feed read after the cursor `after`, each told the cursor before it."""
+    entries: list[FeedEntry] = []
+    previous = after
+    for cursor, execution_id, sequence, envelope, partition, stream_id in raw:
+        entries.append(
+            FeedEntry(cursor, execution_id, sequence, envelope, partition, stream_id, previous)
+        )
+        previous = cursor
+    return entries
 
 
 class Listener:
@@ -132,6 +159,9 @@ class Listener:
         stored, so a slow listener costs its buffer and three numbers)."""
         self.missed_first: str | None = None
         self.missed_last: str | None = None
+        self.missed_from: str | None = None
+        """The feed cursors after the first and the last entry missed, and before the first:
+        what it missed is what lies after `missed_from` up to `missed_last`."""
         self.closing: str | None = None
         self._waiter: asyncio.Future[bool] | None = None
         self._deadline = 0.0
@@ -161,7 +191,8 @@ class Listener:
             self.behind = True
             if self.execution_id is None:
                 self.missed += 1
-                self.missed_first = self.missed_first or entry.feed_id
+                if self.missed_first is None:
+                    self.missed_first, self.missed_from = entry.feed_id, entry.previous
                 self.missed_last = entry.feed_id
         self._wake()
 
@@ -185,6 +216,7 @@ class Listener:
         self.items.clear()
         self.behind = False
         self.missed, self.missed_first, self.missed_last = 0, None, None
+        self.missed_from = None
 
     async def wait(self, timeout: float) -> bool:
         """Until there is something to do (an entry, being behind, closing); False on timeout."""
@@ -238,6 +270,7 @@ class FeedHub:
         self.channels = 0
         """Open live channels (bounded by `MAJORDOMUS_MAX_LIVE`); long polls are not counted."""
         self.cursor: str | None = None
+        """The feed cursor of the last entry dispatched (every partition's position)."""
         self.started = asyncio.Event()
         self.healthy = False
         self.closed = False
@@ -275,11 +308,11 @@ class FeedHub:
         while True:
             try:
                 if self.cursor is None:
-                    _, newest, _ = await self.engine.feed_state()
-                    self.cursor = newest or "0-0"
+                    self.cursor = newest_cursor(await self.engine.feed_state())
                     self.started.set()
+                cursor = self.cursor
                 entries = feed_entries(
-                    await self.engine.read_feed(self.cursor, READ_BLOCK_MS, FEED_PAGE)
+                    await self.engine.read_feed(cursor, READ_BLOCK_MS, FEED_PAGE), cursor
                 )
             except Exception as exc:  # noqa: BLE001  back off, then read again
                 failures.failed(exc)

@@ -2,14 +2,16 @@
 
 A channel is opened on a scope: `ExecutionScope` (`?execution=...`) orders events by their
 sequence and catches up from the execution's own stream; `FeedScope` (no execution) orders
-them by feed id and catches up from the global feed. Each reads its history after the
-client's cursor, sends it, then turns what its listener is offered into messages, dropping
-what was already sent and catching up from Redis when the listener fell behind; when the
-store dropped events this client had not been sent, it says so with `stream.lagged{dropped}`.
+them by feed cursor (a stream id per partition, `majordomus.store.feed`) and catches up
+from the partitions' feeds. Each reads its history after the client's cursor, sends it,
+then turns what its listener is offered into messages, dropping what was already sent and
+catching up from Redis when the listener fell behind; when the store dropped events this
+client had not been sent, it says so with `stream.lagged{dropped}`.
 
 History then live, with no gap and no duplicate: the channel registers its listener with
 the hub before a scope reads the history, so anything appended after that read reaches the
-listener, and the scope drops live entries it already sent (by sequence, or by feed id).
+listener, and the scope drops live entries it already sent (by sequence, or by each
+partition's stream id).
 
 A scope reads through the engine only; it does not wait, beat or close (`api.live.channel`
 runs the one loop every scope follows).
@@ -17,7 +19,7 @@ runs the one loop every scope follows).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from api.live.feed import (
@@ -25,7 +27,6 @@ from api.live.feed import (
     FeedEntry,
     Listener,
     feed_entries,
-    feed_id_of,
     feed_key,
     head_of,
 )
@@ -35,6 +36,7 @@ from majordomus.errors import not_found
 from majordomus.ids import PROTOCOL_VERSION
 from majordomus.model import StreamReadyData
 from majordomus.states import FINAL
+from majordomus.store.feed import cursor_of, cursor_parts, start_cursor
 
 HISTORY_PAGE = 100
 """Events of a channel's history read and written at a time."""
@@ -168,7 +170,14 @@ class ExecutionScope:
 
 
 class FeedScope:
-    """Every execution's channel: the feed id is the SSE id, and the channel never ends."""
+    """Every execution's channel: the feed cursor is the SSE id, and the channel never ends.
+
+    Its position is one stream id per partition (`parts`, and `last` as they order), so an
+    entry is new when it lies past its own partition's position, whatever the order the
+    partitions' entries arrive in. The id sent with an entry is the channel's cursor moved
+    past it: the entry's shared message when the channel stood where the hub stood before
+    it (`FeedEntry.previous`, the usual case), else a message of its own (after a replay
+    that went past the hub in some partition, until the hub is there too)."""
 
     def __init__(
         self, engine: Engine, cursor: str | None, start_id: str | None, feed_max_events: int
@@ -176,21 +185,27 @@ class FeedScope:
         self.engine = engine
         self.cursor = cursor
         self.feed_max_events = feed_max_events
-        self.last_id = start_id or "0-0"
-        self.last = feed_key(self.last_id)
+        self._move_to(start_id or start_cursor(engine.settings.partitions))
         self.replay_upto: str | None = None
+
+    def _move_to(self, cursor: str) -> None:
+        self.last_id = cursor
+        self.parts = cursor_parts(cursor)
+        self.last = [feed_key(part) for part in self.parts]
 
     async def ready(self, heartbeat: float) -> StreamReadyData | None:
         truncated = False
         replayed = 0
         if self.cursor is not None:
-            self.last_id = cursor = feed_id_of(self.cursor)
-            self.last = feed_key(cursor)
-            oldest, _, length = await self.engine.feed_state()
-            truncated = (
-                oldest is not None
-                and feed_key(oldest) > feed_key(cursor)
-                and length >= self.feed_max_events
+            cursor = self.engine.feed_cursor(self.cursor)
+            self._move_to(cursor)
+            # Dropped after the cursor: some partition's oldest retained entry lies past
+            # its position, and that feed is at its cap (so it was trimmed, not young).
+            truncated = any(
+                bounds.oldest is not None
+                and feed_key(bounds.oldest) > at
+                and bounds.length >= self.feed_max_events
+                for bounds, at in zip(await self.engine.feed_state(), self.last, strict=True)
             )
             # Counted page by page, never held: the replay reads the pages again as it sends.
             async for page in self._pages_after(cursor, None):
@@ -212,36 +227,57 @@ class FeedScope:
     async def advance(self, listener: Listener, chunk: list[bytes], stream: EventStream) -> Ending:
         while listener.items:
             entry = listener.items.popleft()
-            if entry.key > self.last:
-                chunk.append(entry.feed_message())
-                self.last, self.last_id = entry.key, entry.feed_id
+            if entry.key > self.last[entry.partition]:
+                chunk.append(self._take(entry))
         if listener.behind:
-            missed, first, last = listener.missed, listener.missed_first, listener.missed_last
+            missed, low, high = listener.missed, listener.missed_from, listener.missed_last
             listener.caught_up()
             # What it missed and Redis still has is counted first (a pass that keeps
             # nothing), so `stream.lagged` comes before the entries it goes on with.
-            retained = await self._count_in(self.last_id, first, last)
+            retained = await self._count_in(low, high)
             if missed > retained:
                 chunk.append(lagged(missed - retained))
-            sent = await self._send_pages(self.last_id, None, chunk, stream, first, last)
+            sent = await self._send_pages(self.last_id, None, chunk, stream, low, high)
             if sent < retained:  # trimmed between the two passes
                 chunk.append(lagged(retained - sent))
         return None
 
     def passing(self, entry: FeedEntry) -> bytes | None:
-        if entry.key <= self.last:
+        if entry.key <= self.last[entry.partition]:
             return None
-        self.last, self.last_id = entry.key, entry.feed_id
-        return entry.feed_message()
+        return self._take(entry)
 
-    async def _count_in(self, after_id: str, low_id: str | None, high_id: str | None) -> int:
-        """How many retained feed entries after `after_id` lie in [low_id, high_id]."""
+    def _take(self, entry: FeedEntry) -> bytes:
+        """The message of an entry past the position, with the position moved to it."""
+        index = entry.partition
+        self.last[index] = entry.key
+        self.parts[index] = entry.stream_id
+        if entry.previous == self.last_id or len(self.parts) == 1:
+            self.last_id = entry.feed_id
+            return entry.feed_message()
+        self.last_id = cursor_of(self.parts)
+        return sse_event(self.last_id, entry.type, entry.envelope)
+
+    def _in(self, low_id: str | None, high_id: str | None) -> Callable[[FeedEntry], bool] | None:
+        """Whether an entry lies after the cursor `low_id` and up to `high_id`."""
+        if low_id is None or high_id is None:
+            return None
+        low = [feed_key(part) for part in cursor_parts(low_id)]
+        high = [feed_key(part) for part in cursor_parts(high_id)]
+        return lambda entry: low[entry.partition] < entry.key <= high[entry.partition]
+
+    async def _count_in(self, low_id: str | None, high_id: str | None) -> int:
+        """How many retained feed entries past the position lie after `low_id` and up to
+        `high_id` (cursors)."""
         if low_id is None or high_id is None:
             return 0
-        low, high = feed_key(low_id), feed_key(high_id)
+        after = cursor_of(
+            max(mine, theirs, key=feed_key)
+            for mine, theirs in zip(self.parts, cursor_parts(low_id), strict=True)
+        )
         counted = 0
-        async for page in self._pages_after(after_id, high_id):
-            counted += sum(1 for e in page if low <= e.key <= high)
+        async for page in self._pages_after(after, high_id):
+            counted += len(page)
         return counted
 
     async def _send_pages(
@@ -254,33 +290,25 @@ class FeedScope:
         count_upto: str | None = None,
     ) -> int:
         """Send the feed after `after_id` (up to `upto`), a page at a time, flushed as it
-        goes; answers how many of the entries sent lie in [count_from, count_upto]."""
-        low = feed_key(count_from) if count_from else None
-        high = feed_key(count_upto) if count_upto else None
+        goes; answers how many of the entries sent lie after `count_from` and up to
+        `count_upto`."""
+        counts = self._in(count_from, count_upto)
         counted = 0
         async for page in self._pages_after(after_id, upto):
             for entry in page:
-                key = entry.key
-                if key <= self.last:
+                if entry.key <= self.last[entry.partition]:
                     continue
-                if low is not None and high is not None and low <= key <= high:
+                if counts is not None and counts(entry):
                     counted += 1
-                self._send(entry, chunk)
+                chunk.append(self._take(entry))
             await stream.write(b"".join(chunk))
             chunk.clear()
         return counted
 
-    def _send(self, entry: FeedEntry, chunk: list[bytes]) -> None:
-        chunk.append(entry.feed_message())
-        self.last, self.last_id = entry.key, entry.feed_id
-
     async def _pages_after(self, after_id: str, upto: str | None) -> AsyncIterator[list[FeedEntry]]:
         """The retained feed after `after_id` (and up to `upto`), `FEED_PAGE` at a time."""
-        bound = feed_key(upto) if upto else None
         while True:
-            page = feed_entries(await self.engine.feed_after(after_id, FEED_PAGE))
-            if bound is not None:
-                page = [e for e in page if e.key <= bound]
+            page = feed_entries(await self.engine.feed_after(after_id, FEED_PAGE, upto), after_id)
             if page:
                 yield page
             if len(page) < FEED_PAGE:

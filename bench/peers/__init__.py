@@ -445,7 +445,7 @@ class OursRunner(Runner):
         return ended
 
     async def finished(self, workers: list[Side]) -> tuple[int, float]:
-        count = int(await self.engine.redis.zcard(self.engine.store.keys.finished))
+        count = await self.engine.store.finished_count()
         return count, time.time()
 
     async def pickup(self, n: int) -> list[float]:

@@ -20,7 +20,7 @@ class StoreBase:
     def __init__(self, redis: RedisClient, settings: Settings) -> None:
         self.redis = redis
         self.settings = settings
-        self.keys = Keys(settings.key_prefix)
+        self.keys = Keys(settings.key_prefix, settings.partitions)
 
     def script(self, name: str) -> AsyncScript:
         """`lua/<name>` registered on this store's client (loaded by its first call)."""

@@ -15,25 +15,78 @@ so a blocking read (`XREAD BLOCK` of the feed reader and of `executions.wait`) i
 by it; the workers' pub/sub connection reads with timeouts of its own and pings
 (`majordomus.store.signals`), since a plain `listen()` would wait on the socket timeout.
 The embedded server itself is `majordomus.store.embedded`. Nothing else builds a client.
+
+A Redis Cluster is named by `redis+cluster://[user:password@]host:port[,host:port...]`
+(`rediss+cluster://` for TLS; database 0 only): seeds to ask for the cluster's layout, any
+one enough. Its client, `SturdyCluster`, is redis-py's `RedisCluster` with the same policy
+on every node's connections, and what redis-py 5.3 leaves out of it (a bound that waits, a
+cluster that cannot serve reported as `UNREACHABLE`, connections lost to cancels given
+back, scripts in pipelines; see the class). A cluster has no `pubsub()`: `pubsub_of`
+answers a subscription for either kind of client. It has no MULTI/EXEC nor WATCH either
+(`pipeline(transaction=True)` is refused): on a cluster, a step that must be atomic is a
+script whose keys share one hash tag (`majordomus.store.keys`). It is no `ArqRedis` (it
+cannot enqueue arq jobs, which majordomus never does), but has what arq's `Worker` calls
+on its pool.
+
+A master that Redis Sentinel watches is named by
+`redis+sentinel://[user:password@]host:port[,host:port...]/<service>[/<db>]`
+(`rediss+sentinel://` for TLS to the master and its replacements): the sentinels (port
+26379 when not given), any one that answers enough, and the name they monitor the master
+under. The URL's user and password are the master's; the sentinels' own, when they ask for
+one (`requirepass` in a sentinel's configuration), are the query's `sentinel_password`
+(and `sentinel_username`); the sentinels are spoken to in plain TCP. Its client is a plain
+`Redis` (an `ArqRedis` with `arq`) on redis-py's `SentinelConnectionPool` with the same
+policy on the master's connections (the sturdy connection, over redis-py's
+`SentinelManagedConnection`): each new connection asks the sentinels where the master is,
+so after a failover the commands that broke on the old master are retried on the promoted
+replica, and until the sentinels name one a command fails as `UNREACHABLE`; while in use
+the client asks them again every `MASTER_RECHECK_SECONDS`, so a master that lives on
+through a failover soon stops getting its writes. What it does not do: read from replicas
+(`slave_for`), speak TLS to the sentinels, or save a write that a dying master took and had
+not passed to its replica yet (replication is asynchronous; `min-replicas-to-write` on the
+servers bounds that loss).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import random
+import re
 import socket
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
+from contextvars import ContextVar
 from typing import Any, cast
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.connection import (
     AbstractConnection,
     Connection,
     SSLConnection,
     UnixDomainSocketConnection,
+    parse_url,
 )
 from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import (
+    Sentinel,
+    SentinelConnectionPool,
+    SentinelManagedConnection,
+    SentinelManagedSSLConnection,
+)
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.commands.core import AsyncScript
+from redis.exceptions import (
+    ClusterError,
+    MaxConnectionsError,
+    NoScriptError,
+    RedisClusterException,
+    ResponseError,
+    SlotNotCoveredError,
+)
 from redis.exceptions import ConnectionError as _ConnectionError
 from redis.exceptions import TimeoutError as _TimeoutError
 
@@ -49,7 +102,8 @@ except ImportError:  # redis-py's own packer, in Python
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
 RedisClient = Redis
-"""The client type every store class takes (an `ArqRedis` is one too)."""
+"""The client type every store class takes (an `ArqRedis` is one too; a `SturdyCluster`
+answers the same commands, but is not one: `is_cluster` tells them apart)."""
 
 WAIT_FOR_CONNECTION_SECONDS = 10
 """How long a caller of a waiting pool (`wait=True`) waits for a free connection; past it
@@ -118,6 +172,9 @@ class _Sturdy(AbstractConnection):
       a command. redis-py retries the socket's connect and the command, but a connection
       that breaks during its handshake (a server restarting, a lost answer) failed the
       command it was opened for at once, outside every retry.
+    - A write to a transport the peer closed is a `ConnectionError` on uvloop too (uvloop
+      raises `RuntimeError` there), so it is retried and counted as Redis away, never
+      taken for a refusal of the command.
     - Commands are packed by hiredis where it is installed (redis-py's asyncio connection
       packs in Python even then, about 7 us an argument: a third of a start's client time
       with its 36 script arguments), to the same bytes; anything hiredis will not pack
@@ -173,6 +230,15 @@ class _Sturdy(AbstractConnection):
             await self.disconnect(nowait=True)
             err_no, errmsg = ("UNKNOWN", e.args[0]) if len(e.args) == 1 else e.args[:2]
             raise _ConnectionError(f"Error {err_no} while writing to socket. {errmsg}.") from e
+        except RuntimeError as e:
+            # uvloop refuses a write to a transport the peer already closed with a
+            # RuntimeError ("unable to perform operation on <TCPTransport closed=True>; the
+            # handler is closed") where asyncio's raises an OSError: the same broken
+            # connection, so the same retried ConnectionError, not a refusal of the command.
+            await self.disconnect(nowait=True)
+            if "closed" not in str(e):
+                raise
+            raise _ConnectionError(f"Error while writing to socket: {e}") from e
         except BaseException:
             # A write cut short leaves the connection in an unknown state: redis-py's rule.
             await self.disconnect(nowait=True)
@@ -209,6 +275,483 @@ def _keepalive_options() -> dict[int, int]:
     return {getattr(socket, name): value for name, value in wanted.items() if hasattr(socket, name)}
 
 
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+"""The URL schemes of a Redis Cluster, each with the scheme of one of its nodes."""
+
+
+def is_cluster_url(url: str | None) -> bool:
+    """Whether `url` names a Redis Cluster (`redis+cluster://`, `rediss+cluster://`)."""
+    return (url or "").partition("://")[0].lower() in CLUSTER_SCHEMES
+
+
+def is_cluster(client: Any) -> bool:
+    """Whether `client` is a Redis Cluster's (one `connect` made from a cluster URL)."""
+    return isinstance(client, RedisCluster)
+
+
+def _hosts_of(url: str, default_port: int) -> tuple[str, str, list[tuple[str, int]], str, str]:
+    """What a URL naming several hosts holds: its scheme, its credentials (`user:password@`
+    as written, or nothing), its hosts with their ports (`default_port` where none is
+    given), its first host as written, and what follows the hosts (path and query). Raises
+    `ValueError` for a host without a name or with a bad port."""
+    scheme, _, rest = url.partition("://")
+    ends = [i for i in (rest.find("/"), rest.find("?")) if i >= 0]
+    authority, tail = rest[: min(ends, default=len(rest))], rest[min(ends, default=len(rest)) :]
+    user, at, hosts = authority.rpartition("@")
+    found = []
+    for host in hosts.split(","):
+        parts = urlsplit(f"//{host}")
+        if not parts.hostname:
+            raise ValueError(f"no host in {host!r}")
+        found.append((parts.hostname, parts.port or default_port))  # `.port` raises on a bad port
+    return scheme, user + at, found, hosts.split(",", 1)[0], tail
+
+
+def _cluster_seeds(url: str) -> tuple[list[tuple[str, int]], dict[str, Any]]:
+    """The seeds of a cluster URL, and the options its nodes share (credentials, TLS, the
+    query's), as redis-py reads them from the same URL with its first seed alone. Raises
+    `ValueError` (or `KeyError`: no cluster scheme) for a URL that names no cluster."""
+    scheme, credentials, seeds, first, tail = _hosts_of(url, 6379)
+    options: dict[str, Any] = dict(
+        parse_url(f"{CLUSTER_SCHEMES[scheme.lower()]}://{credentials}{first}{tail}")
+    )
+    if options.pop("db", 0):
+        raise ValueError("a cluster has database 0 only")
+    options.pop("host", None)
+    options.pop("port", None)
+    return seeds, options
+
+
+_HOLDING: ContextVar[bool] = ContextVar("majordomus_cluster_connection", default=False)
+"""Set while a task holds a connection of a waiting cluster client, so that what it sends
+inside (a pipeline sending a redirected command again) waits for no second one."""
+
+_CANNOT_SERVE = (ClusterError, SlotNotCoveredError)
+"""What a cluster answers while it cannot serve a slot (CLUSTERDOWN, MASTERDOWN, a slot no
+node covers, redirections without end): an outage, not a fault of the command."""
+
+
+class SturdyCluster(RedisCluster):
+    """redis-py's cluster client, with the module's policy where redis-py 5.3 has none.
+
+    - The bound waits. redis-py's nodes fail a command past `max_connections` at once
+      (`MaxConnectionsError`); with `wait`, a caller past the bound waits up to
+      `WAIT_FOR_CONNECTION_SECONDS` for one of the client's `max_connections` turns (each
+      command or pipeline holds one while in flight, so no node opens more), then fails
+      with `ConnectionError("No connection available.")`, as a waiting pool does.
+    - Connections lost to cancels come back. A node forgets a connection whose command was
+      cancelled while it connected or wrote (and a pipeline's, while it read), but counts
+      it: past the bound though fewer are in flight, the client closes every node and
+      sends the command again on fresh ones (what redis-py does after any broken
+      connection, except that it asks the layout of the old nodes again, lost connections
+      and all: here each new layout is asked of fresh seeds).
+    - The URL's seeds stay seeds. redis-py drops a seed whose connection broke, so a
+      cluster whose nodes all went away once is never found again; here the seeds of
+      each new layout are the nodes last known, then the URL's.
+    - A cluster that cannot serve is unreachable: no seed answering, slots uncovered, and
+      what `_CANNOT_SERVE` names, once redis-py's own retries are spent, reach the caller
+      as a `ConnectionError` (`majordomus.store.failures.UNREACHABLE`), the cause kept.
+      A seed that answers but is no cluster's node stays a `RedisClusterException`.
+    - A script queued in a pipeline is loaded on the shards for it (redis-py does this for
+      one Redis, not for a cluster), like a script called alone: on NOSCRIPT.
+    - `close(close_connection_pool=...)`, the call arq's `Worker.close` makes on its pool.
+    """
+
+    def __init__(
+        self,
+        *,
+        seeds: list[tuple[str, int]],
+        connection_class: type[AbstractConnection],
+        wait: bool,
+        **options: Any,
+    ) -> None:
+        super().__init__(startup_nodes=[ClusterNode(host, port) for host, port in seeds], **options)
+        self.connection_kwargs["connection_class"] = connection_class  # every node made later
+        self._seeds = seeds
+        self._turns = asyncio.Semaphore(options["max_connections"]) if wait else None
+        self._fresh_seeds()
+
+    def _fresh_seeds(self) -> None:
+        """New seed nodes (no connection yet): the nodes last known, then the URL's."""
+        known = [(n.host, n.port) for n in self.nodes_manager.startup_nodes.values()]
+        fresh: dict[str, ClusterNode] = {}
+        for host, port in known + self._seeds:
+            node = ClusterNode(host, port, **self.connection_kwargs)
+            fresh.setdefault(node.name, node)
+        self.nodes_manager.startup_nodes = fresh
+
+    async def initialize(self) -> RedisCluster:
+        if self._initialize:  # new, or closed (the old nodes closed with it)
+            if not self._lock:
+                self._lock = asyncio.Lock()
+            async with self._lock:  # not while another asks the old seeds
+                if self._initialize:
+                    self._fresh_seeds()
+        try:
+            return await super().initialize()
+        except RedisClusterException as exc:
+            if isinstance(exc.__cause__, RedisClusterException):  # "Cluster mode is not enabled"
+                raise
+            raise _ConnectionError(str(exc)) from exc
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._serve(lambda: RedisCluster.execute_command(self, *args, **kwargs))
+
+    def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> Any:
+        if transaction or shard_hint:
+            raise RedisClusterException(
+                "a Redis Cluster has no MULTI/EXEC (nor WATCH): make the step a script "
+                "whose keys share one hash tag, or use pipeline(transaction=False)"
+            )
+        return _SturdyClusterPipeline(self)  # type: ignore[abstract]
+
+    def register_script(self, script: Any) -> AsyncScript:  # type: ignore[override]
+        return _ClusterScript(cast(Any, self), script)
+
+    async def close(self, close_connection_pool: bool | None = None) -> None:
+        """`aclose`, under the name and signature arq's `Worker.close` calls on its pool."""
+        await self.aclose()
+
+    async def _serve(self, send: Callable[[], Awaitable[Any]]) -> Any:
+        turns = self._turns
+        token = None
+        if turns is not None and not _HOLDING.get():
+            if turns.locked():
+                try:
+                    async with asyncio.timeout(WAIT_FOR_CONNECTION_SECONDS):
+                        await turns.acquire()
+                except TimeoutError:
+                    raise _ConnectionError("No connection available.") from None
+            else:
+                await turns.acquire()  # free: returns at once
+            token = _HOLDING.set(True)
+        try:
+            try:
+                return await send()
+            except MaxConnectionsError:
+                if token is None:  # no turns: past the bound is a failure, as in a pool
+                    raise
+                await self.aclose()  # connections lost to cancels: fresh nodes
+                return await send()
+        except _CANNOT_SERVE as exc:
+            raise _ConnectionError(f"the cluster cannot serve: {exc}") from exc
+        finally:
+            if token is not None:
+                _HOLDING.reset(token)
+                cast(asyncio.Semaphore, turns).release()
+
+
+class _SturdyClusterPipeline(ClusterPipeline):
+    """A cluster pipeline (one per shard it touches, sent together) on `SturdyCluster`'s
+    turns and failures, which takes scripts: redis-py 5.3 blocks EVALSHA in a cluster
+    pipeline, though it routes it by its keys like any command, and loads no script for
+    it (this one loads those queued in it on NOSCRIPT, then sends again)."""
+
+    def __init__(self, client: SturdyCluster) -> None:
+        super().__init__(client)
+        self.scripts: set[AsyncScript] = set()
+
+    def evalsha(self, sha: str, numkeys: int, *keys_and_args: Any) -> Any:
+        return self.execute_command("EVALSHA", sha, numkeys, *keys_and_args)
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        # redis-py's empties the pipeline: a command awaited as it is queued (a script's
+        # call, `await pipe.get(...)`) would drop the ones queued before it.
+        return self._itself().__await__()
+
+    async def _itself(self) -> _SturdyClusterPipeline:
+        if self._client._initialize:
+            await self._client.initialize()
+        return self
+
+    async def execute(self, raise_on_error: bool = True, allow_redirections: bool = True) -> Any:
+        client = cast(SturdyCluster, self._client)
+        stack = list(self._command_stack)
+
+        async def send() -> Any:
+            self._command_stack = list(stack)  # redis-py's execute empties it
+            try:
+                return await ClusterPipeline.execute(self, raise_on_error, allow_redirections)
+            except NoScriptError:
+                if not self.scripts:
+                    raise
+            # A shard without the scripts (new, restarted, flushed): load them everywhere,
+            # then send what did not run (redis-py sends only the commands without a result).
+            for script in self.scripts:
+                script.sha = await client.script_load(script.script)
+            self._command_stack = list(stack)
+            return await ClusterPipeline.execute(self, raise_on_error, allow_redirections)
+
+        return await client._serve(send)
+
+
+class _ClusterScript(AsyncScript):
+    """A script that, queued in a `_SturdyClusterPipeline`, tells it so (see there)."""
+
+    async def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
+        if isinstance(client, _SturdyClusterPipeline):
+            client.scripts.add(self)
+        return await super().__call__(keys, args, client)
+
+
+class _NodePubSub(PubSub):
+    """A subscription on a pool of its own (one connection to one node of a cluster):
+    closing it closes that connection."""
+
+    async def aclose(self) -> None:
+        try:
+            await super().aclose()
+        finally:
+            await self.connection_pool.disconnect()
+
+
+async def pubsub_of(client: Any) -> PubSub:
+    """A subscription for `client`: its own `pubsub()` on one Redis; on a cluster, which has
+    none, one on a connection of its own (the cluster's policy, closed with it) to a node
+    picked at random among the cluster's. A PUBLISH on a cluster, a script's included,
+    reaches the subscribers of every node."""
+    if not is_cluster(client):
+        return cast(PubSub, client.pubsub())
+    await client.initialize()
+    node: ClusterNode = random.choice(client.get_nodes())
+    pool = ConnectionPool(
+        connection_class=node.connection_class, max_connections=1, **node.connection_kwargs
+    )
+    return _NodePubSub(pool)
+
+
+def _cluster_client(
+    url: str,
+    *,
+    max_connections: int,
+    wait: bool,
+    name: str | None,
+    connect_timeout: float,
+    socket_timeout: float,
+) -> SturdyCluster:
+    """`connect` on a cluster URL: the same policy, each node with its own bound."""
+    try:
+        seeds, url_options = _cluster_seeds(url)
+    except (ValueError, KeyError) as exc:
+        raise not_a_redis_url(url, exc) from None
+    theirs = url_options.pop("connection_class", Connection)
+    options: dict[str, Any] = {
+        "max_connections": max_connections,
+        "socket_connect_timeout": connect_timeout,
+        "socket_timeout": socket_timeout,
+        "socket_keepalive": True,
+        "socket_keepalive_options": _keepalive_options(),
+        "retry": retry_policy(),
+        "retry_on_error": [_ConnectionError, _TimeoutError],
+        "cluster_error_retry_attempts": RETRIES,
+        "ssl": theirs is SSLConnection,
+    }
+    if name is not None:
+        options["client_name"] = name
+    options.update(url_options)  # the URL's query wins, as in `from_url`
+    try:
+        return SturdyCluster(  # type: ignore[abstract]
+            seeds=seeds,
+            connection_class=STURDY[theirs],
+            wait=wait,
+            **options,
+        )
+    except (TypeError, RedisClusterException) as exc:  # an option RedisCluster has not
+        raise not_a_redis_url(url, exc) from None
+
+
+SENTINEL_SCHEMES = {"redis+sentinel": "redis", "rediss+sentinel": "rediss"}
+"""The URL schemes of a master that Sentinel names, each with the scheme of the master's
+connections."""
+
+SENTINEL_PORT = 26379
+"""A sentinel's port where the URL gives none (Sentinel's own default)."""
+
+SENTINEL_CREDENTIALS = ("sentinel_username", "sentinel_password")
+"""The query parameters of a Sentinel URL that are the sentinels' own credentials (the URL's
+user and password are the master's)."""
+
+
+def is_sentinel_url(url: str | None) -> bool:
+    """Whether `url` names a master through Sentinel (`redis+sentinel://`, `rediss+sentinel://`)."""
+    return (url or "").partition("://")[0].lower() in SENTINEL_SCHEMES
+
+
+class _SentinelTcpConnection(_Sturdy, SentinelManagedConnection):
+    """A connection to the master the sentinels name (asked again at each connect, so a
+    connection that broke on the old master opens on the new one) with `_Sturdy`'s
+    writes, handshake and packing; a master demoted to a replica (READONLY) is a broken
+    connection, as redis-py's `SentinelManagedConnection` has it."""
+
+
+class _SentinelTlsConnection(_Sturdy, SentinelManagedSSLConnection):
+    pass
+
+
+SENTINEL_MANAGED: dict[type[AbstractConnection], type[AbstractConnection]] = {
+    Connection: _SentinelTcpConnection,
+    SSLConnection: _SentinelTlsConnection,
+}
+"""redis-py's connection class for the master's scheme, and ours on a Sentinel URL."""
+
+
+MASTER_RECHECK_SECONDS = 1.0
+"""How often a Sentinel client in use asks the sentinels again where the master is. A
+master that dies breaks its connections, which open again on the one the sentinels name
+next; but a master that lives on through a failover (`SENTINEL FAILOVER`, a healed
+partition) keeps its clients, and takes writes the new master never sees, until the
+sentinels make it a replica and it drops them (10 s later in Redis 7). Asked again, the
+client moves each connection to the new master as it hands it out, so its writes go there
+within about this long of the sentinels naming it. A subscription, which holds its
+connection, stays on the old master until that drops it."""
+
+
+class _NotASentinel(ResponseError):
+    """A host of a Sentinel URL answered, but not as a sentinel (it refused `SENTINEL
+    MASTERS`: a plain Redis, say): the URL is wrong, and no retry will mend it."""
+
+
+class _SentinelPool(SentinelConnectionPool):
+    """redis-py's pool of the master's connections, which asks the sentinels again while in
+    use (`MASTER_RECHECK_SECONDS`) and drops a connection to a master they no longer name
+    as it hands it out, closes its connections to the sentinels when it closes, and says
+    so when a host asked is no sentinel."""
+
+    _asked_at = -MASTER_RECHECK_SECONDS
+    _asking: asyncio.Task[None] | None = None
+
+    async def get_master_address(self) -> Any:
+        try:
+            return await super().get_master_address()
+        except ResponseError as exc:
+            raise _NotASentinel(f"a host of the URL is no sentinel ({exc})") from exc
+
+    async def ensure_connection(self, connection: AbstractConnection) -> None:
+        self._ask_again_when_due()
+        named = self.master_address
+        where = (getattr(connection, "host", None), getattr(connection, "port", None))
+        if named is not None and connection.is_connected and where != named:
+            await connection.disconnect()  # opens again on the master named now
+        await super().ensure_connection(connection)
+
+    def _ask_again_when_due(self) -> None:
+        now = time.monotonic()
+        if now - self._asked_at < MASTER_RECHECK_SECONDS:
+            return
+        if self._asking is not None and not self._asking.done():
+            return
+        self._asked_at = now
+        self._asking = asyncio.get_running_loop().create_task(self._ask_again())
+
+    async def _ask_again(self) -> None:
+        # A new master closes the idle connections (redis-py's `get_master_address`); no
+        # answer leaves the connections as they are, and their commands say if it is gone.
+        with contextlib.suppress(Exception):
+            await self.get_master_address()
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        if not inuse_connections:  # a new master: the idle connections only
+            return
+        asking = self._asking  # the client closing: the sentinels' connections too
+        if asking is not None and not asking.done():
+            asking.cancel()
+            await asyncio.wait([asking])
+        for sentinel in self.sentinel_manager.sentinels:
+            await sentinel.connection_pool.disconnect()
+
+
+class _WaitingSentinelPool(_SentinelPool, BlockingConnectionPool):
+    """`_SentinelPool` whose caller past the bound waits, as a `BlockingConnectionPool`'s."""
+
+
+def _sentinel_parts(url: str) -> tuple[list[tuple[str, int]], str, dict[str, Any], dict[str, Any]]:
+    """The sentinels of a Sentinel URL, its service name, the master's options
+    (credentials, database, TLS, the query's), as redis-py reads them from a URL naming
+    the master itself, and the sentinels' own credentials. Raises `ValueError` (or
+    `KeyError`: no Sentinel scheme) for a URL that names no master through Sentinel."""
+    scheme, credentials, sentinels, first, tail = _hosts_of(url, SENTINEL_PORT)
+    path, _, query = tail.partition("?")
+    service, _, db = path.removeprefix("/").partition("/")
+    service, db = unquote(service), db.rstrip("/")
+    if not service:
+        raise ValueError("no service name: the path names it, as in host:26379/mymaster")
+    if db and not db.isdigit():
+        raise ValueError(f"{db!r} is no database number")
+    pairs = parse_qsl(query, keep_blank_values=True)
+    theirs = {key.removeprefix("sentinel_"): v for key, v in pairs if key in SENTINEL_CREDENTIALS}
+    rest = urlencode([(key, v) for key, v in pairs if key not in SENTINEL_CREDENTIALS])
+    master = f"{SENTINEL_SCHEMES[scheme.lower()]}://{credentials}{first}/{db}"
+    options: dict[str, Any] = dict(parse_url(master + (f"?{rest}" if rest else "")))
+    options.pop("host", None)
+    options.pop("port", None)
+    return sentinels, service, options, theirs
+
+
+def _sentinel_client(
+    url: str,
+    *,
+    arq: bool,
+    max_connections: int,
+    wait: bool,
+    name: str | None,
+    connect_timeout: float,
+    socket_timeout: float,
+) -> Any:
+    """`connect` on a Sentinel URL: the master's client, with the same policy. A sentinel
+    is asked with the connect timeout for its answer too, and no retry (the next sentinel
+    is the retry; the master's connection retries the whole search). Only a new master
+    connection asks, so a sentinel holds no more of the client's connections than the
+    master's bound."""
+    try:
+        sentinels, service, url_options, sentinel_credentials = _sentinel_parts(url)
+    except (ValueError, KeyError) as exc:
+        raise not_a_redis_url(url, exc) from None
+    theirs = url_options.pop("connection_class", Connection)
+    keepalive = {"socket_keepalive": True, "socket_keepalive_options": _keepalive_options()}
+    manager = Sentinel(
+        sentinels,
+        sentinel_kwargs={
+            "socket_connect_timeout": connect_timeout,
+            "socket_timeout": connect_timeout,
+            **keepalive,
+            **sentinel_credentials,
+        },
+    )
+    for sentinel in manager.sentinels:
+        sentinel.connection_pool.connection_class = _TcpConnection
+    options: dict[str, Any] = {
+        "max_connections": max_connections,
+        "socket_connect_timeout": connect_timeout,
+        "socket_timeout": socket_timeout,
+        **keepalive,
+        "retry": retry_policy(),
+        "retry_on_error": [_ConnectionError, _TimeoutError],
+        "connection_class": SENTINEL_MANAGED[theirs],
+    }
+    if wait:
+        options["timeout"] = WAIT_FOR_CONNECTION_SECONDS
+    if name is not None:
+        options["client_name"] = name
+    options.update(url_options)  # the URL's query wins, as in `from_url`
+    redis_class: type[Redis] = Redis
+    if arq:
+        from arq.connections import ArqRedis
+
+        redis_class = ArqRedis
+    client = manager.master_for(
+        service,
+        redis_class=redis_class,
+        connection_pool_class=_WaitingSentinelPool if wait else _SentinelPool,
+        **options,
+    )
+    try:  # the options, checked now rather than at the first command (no I/O)
+        client.connection_pool.make_connection()
+    except (TypeError, ValueError) as exc:  # an option a connection has not
+        raise not_a_redis_url(url, exc) from None
+    return client
+
+
 def connect(
     url: str | None,
     *,
@@ -226,7 +769,33 @@ def connect(
     `max_connections`; with `wait` (the default) a caller past that waits up to
     `WAIT_FOR_CONNECTION_SECONDS` for a free one, without it the call fails at once.
     `name` is what `CLIENT LIST` shows. A URL that is not a Redis URL is `invalid_input`.
+
+    A cluster URL gives a `SturdyCluster`, with `arq` too (what arq's `Worker` calls on its
+    pool, a cluster client has: see the module's docstring); `max_connections` bounds each
+    node's connections and the client's commands in flight.
+
+    A Sentinel URL gives a client of the master the sentinels name (an `ArqRedis` with
+    `arq`), which follows a failover: see the module's docstring.
     """
+    if fake_server is None and is_sentinel_url(url):
+        return _sentinel_client(
+            cast(str, url),
+            arq=arq,
+            max_connections=max_connections,
+            wait=wait,
+            name=name,
+            connect_timeout=connect_timeout,
+            socket_timeout=socket_timeout,
+        )
+    if fake_server is None and is_cluster_url(url):
+        return _cluster_client(
+            cast(str, url),
+            max_connections=max_connections,
+            wait=wait,
+            name=name,
+            connect_timeout=connect_timeout,
+            socket_timeout=socket_timeout,
+        )
     options: dict[str, Any] = {"max_connections": max_connections}
     if name is not None:
         options["client_name"] = name
@@ -266,10 +835,19 @@ def api_client(url: str | None, max_connections: int, name: str) -> Any:
     return connect(url, wait=True, name=name, max_connections=max_connections)
 
 
+def _shown(url: str) -> str:
+    """`shown_url`, with a Sentinel URL's `sentinel_password` (in its query) hidden too."""
+    if is_sentinel_url(url):
+        url = re.sub(r"(?<=[?&]sentinel_password=)[^&#]*", "***", url)
+    return shown_url(url)
+
+
 def not_a_redis_url(url: str, exc: Exception) -> MajordomusError:
     return invalid_input(
-        f"MAJORDOMUS_REDIS_URL {shown_url(url)!r} is not a Redis URL ({exc})",
-        "use redis://host:port/db, rediss://… for TLS, or unix:///path/to/socket",
+        f"MAJORDOMUS_REDIS_URL {_shown(url)!r} is not a Redis URL ({exc})",
+        "use redis://host:port/db, rediss://… for TLS, unix:///path/to/socket, "
+        "redis+cluster://host:port[,host:port…] for a Redis Cluster, or "
+        "redis+sentinel://host:port[,host:port…]/service[/db] for a master Sentinel watches",
     )
 
 
@@ -279,15 +857,18 @@ def check_reachable(
     """Raise `invalid_input` (not a Redis URL) or `unavailable` (no answer) before a process
     command starts serving on `url`; return quietly when Redis answers. A Redis that does
     not answer is asked again for up to `patience` seconds, so a blip at start-up (a
-    restart, a failover, a dropped connection) does not stop the process."""
+    restart, a failover, a dropped connection) does not stop the process. On a cluster,
+    every master must answer (its own PING asks one node); through Sentinel, the master
+    the sentinels name (none named yet, as during a failover, is no answer)."""
 
     async def ping() -> None:
         client = connect(url, connect_timeout=timeout, socket_timeout=timeout)
+        everyone = {"target_nodes": RedisCluster.PRIMARIES} if is_cluster(client) else {}
         deadline = time.monotonic() + patience
         try:
             while True:
                 try:
-                    await client.ping()
+                    await client.ping(**everyone)
                     return
                 except (_ConnectionError, _TimeoutError):
                     if time.monotonic() >= deadline:
@@ -300,8 +881,19 @@ def check_reachable(
         asyncio.run(ping())
     except MajordomusError:
         raise
+    except RedisClusterException as exc:  # a seed answered: it is no cluster's node
+        raise invalid_input(
+            f"MAJORDOMUS_REDIS_URL {shown_url(url or DEFAULT_URL)!r} names no cluster ({exc})",
+            "use redis://host:port/db for a single Redis, redis+cluster://… for a cluster",
+        ) from None
+    except _NotASentinel as exc:  # a host answered, as no sentinel
+        raise invalid_input(
+            f"MAJORDOMUS_REDIS_URL {_shown(cast(str, url))!r} names no Sentinel ({exc})",
+            "name the sentinels (port 26379 by default), not the master: "
+            "redis+sentinel://host:port[,host:port…]/service[/db]",
+        ) from None
     except Exception as exc:
         raise unavailable(
-            f"Redis at {shown_url(url or DEFAULT_URL)} is unreachable ({exc})",
+            f"Redis at {_shown(url or DEFAULT_URL)} is unreachable ({exc})",
             "start Redis, or set MAJORDOMUS_REDIS_URL; `majordomus dev` runs on its own Redis",
         ) from None

@@ -12,8 +12,9 @@ foreground process group, reaches only its owner, who stops it last. `DevRedis` 
 `majordomus dev` runs on: `MAJORDOMUS_REDIS_URL` when it is set, else an embedded server
 (which on Linux also dies with `dev` should `dev` end without stopping it), else, with no
 binary at all, an in-process fakeredis server that nothing outside the process reaches;
-and the clients of it for the API and the worker, made by `connect`. Nothing else in
-majordomus starts processes of Redis; printing where they are is the launcher's.
+and the clients of it for the API and the worker, made by `connect`. Besides this, only
+`majordomus.store.local_cluster` (a Redis Cluster for tests and benchmarks) starts
+processes of Redis; printing where they are is the launcher's.
 """
 
 from __future__ import annotations

@@ -142,7 +142,7 @@ class EpisodeStore(StoreBase):
 
     async def get(self, external_id: str) -> Episode | None:
         """The open or detached episode under this id, or None."""
-        async with self.redis.pipeline(transaction=True) as pipe:
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hgetall(self.keys.episode(external_id))
             pipe.get(self.keys.episode_lease(external_id))
             raw, lease = await pipe.execute()

@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from majordomus.config import LIMITS, Settings
+from majordomus.ids import new_execution_id
 from majordomus.priorities import HEAD_START
 from majordomus.store.base import StoreBase
 from majordomus.store.clock import now_stamp, stamp_of
@@ -101,6 +102,29 @@ class ExecutionStore(StoreBase):
 
     # -- writes -------------------------------------------------------------------------
 
+    def new_id(
+        self,
+        *,
+        capped: str | None = None,
+        idempotency_key: str | None = None,
+        retry_of: str | None = None,
+    ) -> str:
+        """A fresh execution id, in the partition its start must be written in: a capped
+        capability's (`capped`: its slots are kept there), else the retried attempt's, else
+        its idempotency key's; any other goes anywhere (the suffix picks, at random)."""
+        k = self.keys
+        if k.partition_count == 1:
+            return new_execution_id()
+        if capped is not None:
+            part = k.partition_of_capability(capped)
+        elif retry_of is not None:
+            part = k.partition_of(retry_of)
+        elif idempotency_key is not None:
+            part = k.partition_of_key(idempotency_key)
+        else:
+            return new_execution_id()
+        return new_execution_id(partition=part.index, partitions=k.partition_count)
+
     async def create(
         self,
         execution_id: str,
@@ -123,18 +147,22 @@ class ExecutionStore(StoreBase):
         stamp, ms = now_stamp()
         due_ms = plan.due_ms if plan.due_ms is not None and plan.due_ms > ms else 0
         aging_ms = int(self.settings.priority_aging_seconds * 1000)
+        part = k.partition_of(execution_id)
+        retried = plan.retry_of if plan.retry_of else None
+        if retried is not None and k.partition_of(retried) is not part:
+            retried = None  # never so (`new_id`): a link across slots would not be atomic
         keys = [
             k.snapshot(execution_id),
             k.events(execution_id),
-            k.feed,
-            k.all,
-            k.queued,
+            part.feed,
+            part.all,
+            part.queued,
             k.secret_input(execution_id),
-            k.queue,
-            k.created_counter,
-            k.delayed,
-            k.idempotency(plan.idempotency_key) if plan.idempotency_key else "",
-            k.snapshot(plan.retry_of) if plan.retry_of else "",
+            part.queue,
+            part.created_counter,
+            part.delayed,
+            part.idempotency(plan.idempotency_key) if plan.idempotency_key else part.base,
+            k.snapshot(retried) if retried else part.base,
         ]
         args: list[bytes | str | int | float] = [
             execution_id,
@@ -157,11 +185,13 @@ class ExecutionStore(StoreBase):
             plan.priority,
             HEAD_START[plan.priority] * aging_ms,
             plan.fingerprint,
-            k.prefix,
+            part.base,
             plan.schedule or "",
             plan.retry_of or "",
             plan.attempts_before,
             plan.idempotency_key or "",
+            part.index,
+            k.partition_count,
         ]
         answer = await self._create(keys=keys, args=args)
         code = int(answer[0])
@@ -181,17 +211,18 @@ class ExecutionStore(StoreBase):
         lapsed: str | None = None,
     ) -> tuple[list[str], list[Any]]:
         k = self.keys
+        part = k.partition_of(execution_id)
         stamp, ms = now_stamp()
         keys = [
             k.snapshot(execution_id),
             k.events(execution_id),
-            k.feed,
-            k.queued,
-            k.running,
-            k.finished,
+            part.feed,
+            part.queued,
+            part.running,
+            part.finished,
             k.secret_input(execution_id),
-            k.queue,
-            k.delayed,
+            part.queue,
+            part.delayed,
         ]
         args: list[Any] = [
             execution_id,
@@ -204,11 +235,11 @@ class ExecutionStore(StoreBase):
             LIMITS.stream_events,
             len(events),
             "1" if read_secret else "0",
-            k.prefix,
+            part.base,
             k.wake_channel,
             LIMITS.steps,
             token or "",
-            k.lease(lapsed) if lapsed else "",
+            part.lease(lapsed) if lapsed else "",
         ]
         for event_type, data in events:
             args.append(event_type)
@@ -280,18 +311,24 @@ class ExecutionStore(StoreBase):
         return [r.decode() if r else None for r in raw]
 
     async def page(self, execution_id: str, after: int, limit: int) -> RawPage | None:
-        """Events with sequence > after, oldest first, at most `limit`; None when unknown."""
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hmget(self.keys.snapshot(execution_id), ["state", "last_seq"])
+        """Events with sequence > after, oldest first, at most `limit`; None when unknown.
+
+        One pipeline, the events read before the snapshot (no MULTI: a Redis Cluster has
+        none): the state and last sequence are then at least as new as the page, so an
+        event appended between the two reads shows as `more`, never as a page past its
+        snapshot."""
+        async with self.redis.pipeline(transaction=False) as pipe:
             if limit > 0:
                 pipe.xrange(self.keys.events(execution_id), f"({after}-0", "+", count=limit + 1)
+            pipe.hmget(self.keys.snapshot(execution_id), ["state", "last_seq"])
             result = await pipe.execute()
-        state, last = result[0]
+        state, last = result[-1]
         if state is None:
             return None
         last_seq = int(last)
-        entries = result[1] if limit > 0 else []
-        more = len(entries) > limit or (limit == 0 and last_seq > after)
+        entries = result[0] if limit > 0 else []
+        read_to = int(entries[min(len(entries), limit) - 1][0].split(b"-", 1)[0]) if entries else after
+        more = len(entries) > limit or last_seq > max(after, read_to)
         entries = entries[:limit]
         first_retained = max(1, last_seq - LIMITS.stream_events + 1)
         if entries:
@@ -310,32 +347,53 @@ class ExecutionStore(StoreBase):
     ) -> list[tuple[str, float]]:
         """Up to `count` execution ids, newest first, each with its place in the order of
         creation; only those created before the place `older_than`, when given. A place,
-        not an offset: ids forgotten or added meanwhile shift no page."""
+        not an offset: ids forgotten or added meanwhile shift no page. Each partition's
+        newest, merged (places are comparable across partitions: `create.lua`)."""
         top = "+inf" if older_than is None else f"({older_than!r}"
-        raw = await self.redis.zrevrangebyscore(
-            self.keys.all, top, "-inf", start=0, num=count, withscores=True
-        )
-        return [(member.decode(), float(score)) for member, score in raw]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for part in self.keys.partitions:
+                pipe.zrevrangebyscore(part.all, top, "-inf", start=0, num=count, withscores=True)
+            pages = await pipe.execute()
+        merged = [(member.decode(), float(score)) for page in pages for member, score in page]
+        merged.sort(key=lambda pair: pair[1], reverse=True)
+        return merged[:count]
 
     async def place_of(self, execution_id: str) -> float | None:
         """Where the execution stands in the order of creation, or None when unknown."""
-        score = await self.redis.zscore(self.keys.all, execution_id)
+        score = await self.redis.zscore(self.keys.partition_of(execution_id).all, execution_id)
         return None if score is None else float(score)
 
     async def counts(self) -> tuple[int, int]:
-        """(queued, running-or-cancelling) across the whole cluster."""
+        """(queued, running-or-cancelling) across the whole deployment."""
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.zcard(self.keys.queued)
-            pipe.zcard(self.keys.running)
-            queued, running = await pipe.execute()
-        return int(queued), int(running)
+            for part in self.keys.partitions:
+                pipe.zcard(part.queued)
+                pipe.zcard(part.running)
+            raw = await pipe.execute()
+        return sum(int(n) for n in raw[0::2]), sum(int(n) for n in raw[1::2])
+
+    async def finished_count(self) -> int:
+        """How many finished executions are kept, in every partition."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for part in self.keys.partitions:
+                pipe.zcard(part.finished)
+            return sum(int(n) for n in await pipe.execute())
 
     async def running_ids(self) -> list[str]:
-        return [r.decode() for r in await self.redis.zrange(self.keys.running, 0, -1)]
+        return [member for member, _ in await self._members("running")]
 
     async def queued_ids(self) -> list[tuple[str, int]]:
-        raw = await self.redis.zrange(self.keys.queued, 0, -1, withscores=True)
-        return [(r.decode(), int(score)) for r, score in raw]
+        return [(member, int(score)) for member, score in await self._members("queued")]
+
+    async def _members(self, index: str) -> list[tuple[str, float]]:
+        """Every member of one index (`queued`, `running`) of every partition, by score."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for part in self.keys.partitions:
+                pipe.zrange(getattr(part, index), 0, -1, withscores=True)
+            pages = await pipe.execute()
+        merged = [(member.decode(), float(score)) for page in pages for member, score in page]
+        merged.sort(key=lambda pair: pair[1])
+        return merged
 
     async def read_stream_after(self, execution_id: str, after: int, block_ms: int) -> list[bytes]:
         """Events after `after`, waiting up to `block_ms` for the first (for long polls)."""
@@ -349,28 +407,36 @@ class ExecutionStore(StoreBase):
     # -- retention ----------------------------------------------------------------------
 
     async def prune(self) -> int:
-        """Forget finished executions past the retention time or over the retention count."""
-        k = self.keys
+        """Forget finished executions past the retention time or over the retention count
+        (the count is shared out evenly among the partitions)."""
         _, ms = now_stamp()
         cutoff = ms - self.settings.retain_seconds * 1000
-        old = await self.redis.zrangebyscore(k.finished, "-inf", cutoff)
-        excess = await self.redis.zcard(k.finished) - self.settings.retain_executions
-        if excess > 0:
-            old = list({*old, *await self.redis.zrange(k.finished, 0, excess - 1)})
-        if not old:
-            return 0
-        ids = [o.decode() for o in old]
-        async with self.redis.pipeline(transaction=False) as pipe:
-            for execution_id in ids:
-                pipe.delete(*k.execution_keys(execution_id))
-            pipe.zrem(k.finished, *ids)
-            pipe.zrem(k.all, *ids)
-            await pipe.execute()
-        return len(ids)
+        keep = -(-self.settings.retain_executions // self.keys.partition_count)
+        pruned = 0
+        for part in self.keys.partitions:
+            old = await self.redis.zrangebyscore(part.finished, "-inf", cutoff)
+            excess = await self.redis.zcard(part.finished) - keep
+            if excess > 0:
+                old = list({*old, *await self.redis.zrange(part.finished, 0, excess - 1)})
+            if not old:
+                continue
+            ids = [o.decode() for o in old]
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for execution_id in ids:
+                    pipe.delete(*self.keys.execution_keys(execution_id))
+                pipe.zrem(part.finished, *ids)
+                pipe.zrem(part.all, *ids)
+                await pipe.execute()
+            pruned += len(ids)
+        return pruned
 
     async def forget_missing(self, execution_ids: Sequence[str]) -> None:
-        if execution_ids:
-            await self.redis.zrem(self.keys.all, *execution_ids)
+        if not execution_ids:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for execution_id in execution_ids:
+                pipe.zrem(self.keys.partition_of(execution_id).all, execution_id)
+            await pipe.execute()
 
     # -- inspection ---------------------------------------------------------------------
     # Read-only views for `majordomus queue` and `majordomus workers`; nothing here writes.
@@ -388,8 +454,13 @@ class ExecutionStore(StoreBase):
 
     async def recently_finished_ids(self, count: int) -> list[str]:
         """The ids of the last `count` executions to finish, newest first."""
-        raw = await self.redis.zrevrange(self.keys.finished, 0, count - 1)
-        return [r.decode() for r in raw]
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for part in self.keys.partitions:
+                pipe.zrevrange(part.finished, 0, count - 1, withscores=True)
+            pages = await pipe.execute()
+        merged = [(member.decode(), float(score)) for page in pages for member, score in page]
+        merged.sort(key=lambda pair: pair[1], reverse=True)
+        return [member for member, _ in merged[:count]]
 
 
 def _append_result(raw: Any, requested: int) -> AppendResult:

@@ -1,47 +1,212 @@
-"""The global feed's reads: every event of every execution, in the order it was written.
+"""The live feed's reads: every event of every execution, each partition's in the order written.
 
-`create` and `append` write the feed (`md:feed`, a stream approximately capped at
-`MAJORDOMUS_FEED_MAX_EVENTS`) in the same script as the execution's own stream; this
-module only reads it, for the unscoped live channel and the API's one shared reader: the
-entries after a cursor (waiting for them, or only those retained), and its bounds.
+Each partition has a feed of its own (`Partition.feed`, a stream approximately capped at
+`MAJORDOMUS_FEED_MAX_EVENTS`), which `create`, `take` and `append` write in the same
+script as the execution's own stream; so all of one execution's entries are in one feed,
+in order. This module only reads the feeds, for the unscoped live channel and the API's
+one shared reader: the entries after a cursor (waiting for them, or only those retained),
+and each feed's bounds. It does not write them, nor check a cursor a client gave
+(`majordomus.engine.require_feed_id` does).
+
+**The cursor.** A position in every partition's feed at once: one stream id
+(`<ms>-<n>`) per partition, in partition order, joined by `_` (`CURSOR_SEPARATOR`), such as
+`1733000000000-0_1733000000004-1_0-0` for three partitions (`0-0`: nothing of that one
+yet). With one partition it is that feed's stream id, as it always was. Every character is
+a digit, `-` or `_`, so it travels as is in a query string and in `Last-Event-ID`; it takes
+about 16 characters per partition. Entries of several partitions are merged in stream-id
+order (the time each was written; a tie goes to the lower partition), and each entry
+carries the cursor to resume after it: the cursor read after, with its partition's
+position moved to it. Resuming after an entry's cursor loses nothing and repeats nothing,
+whatever the order the partitions' entries became visible in.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
+
+from redis.asyncio.cluster import RedisCluster
+
 from majordomus.store.base import StoreBase
 
-FeedEntry = tuple[str, str, int, bytes]
-"""A global feed entry: (feed id, execution id, sequence, the event's stored JSON)."""
+CURSOR_SEPARATOR = "_"
+"""What joins the partitions' stream ids in a feed cursor."""
+
+FeedEntry = tuple[str, str, int, bytes, int, str]
+"""A feed entry: (the cursor to resume after it, execution id, sequence, the event's stored
+JSON, its partition, its stream id in that partition's feed). With one partition the
+cursor is the stream id."""
+
+StreamKey = tuple[int, int]
+"""A stream id as it orders: (ms, n)."""
 
 
-def _entry(feed_id: bytes, fields: dict[bytes, bytes]) -> FeedEntry:
-    return feed_id.decode(), fields[b"x"].decode(), int(fields[b"s"]), fields[b"e"]
+class FeedBounds(NamedTuple):
+    """One partition's feed: its oldest and newest retained stream ids, and its length."""
+
+    oldest: str | None
+    newest: str | None
+    length: int
+
+
+def stream_key(stream_id: str) -> StreamKey:
+    """A stream id as it orders (`1701234567890` is `1701234567890-0`)."""
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def cursor_parts(cursor: str) -> list[str]:
+    """A cursor's stream ids, one per partition."""
+    return cursor.split(CURSOR_SEPARATOR)
+
+
+def cursor_of(parts: Iterable[str]) -> str:
+    """The cursor of these stream ids, one per partition in partition order."""
+    return CURSOR_SEPARATOR.join(parts)
+
+
+def start_cursor(partitions: int) -> str:
+    """The cursor before any entry of any partition."""
+    return cursor_of(["0-0"] * partitions)
+
+
+def newest_cursor(bounds: Sequence[FeedBounds]) -> str:
+    """The cursor at the end of every partition's feed (`feed_state`): reading after it is
+    reading from now."""
+    return cursor_of(b.newest or "0-0" for b in bounds)
+
+
+Raw = list[tuple[bytes, dict[bytes, bytes]]]
+"""One stream's entries as redis-py answers them: (stream id, fields)."""
+
+
+def _single(raw: Raw) -> list[FeedEntry]:
+    """One partition's entries: each one's cursor is its stream id."""
+    out: list[FeedEntry] = []
+    for fid, f in raw:
+        sid = fid.decode()
+        out.append((sid, f[b"x"].decode(), int(f[b"s"]), f[b"e"], 0, sid))
+    return out
+
+
+def _merged(cursor: str, reads: Sequence[tuple[int, Raw]], count: int) -> list[FeedEntry]:
+    """Several partitions' entries after `cursor`, in stream-id order (ties to the lower
+    partition), at most `count`, each with the cursor to resume after it.
+
+    Each partition's read is a prefix of its feed after its position, so the first `count`
+    of the merge are the `count` first entries after `cursor` of all of them: a partition
+    whose read stopped at `count` has nothing unread before its last entry read."""
+    rows: list[tuple[StreamKey, int, str, dict[bytes, bytes]]] = []
+    for index, raw in reads:
+        for fid, f in raw:
+            sid = fid.decode()
+            rows.append((stream_key(sid), index, sid, f))
+    rows.sort(key=lambda row: (row[0], row[1]))
+    parts = cursor_parts(cursor)
+    out: list[FeedEntry] = []
+    for _, index, sid, f in rows[:count]:
+        parts[index] = sid
+        out.append((cursor_of(parts), f[b"x"].decode(), int(f[b"s"]), f[b"e"], index, sid))
+    return out
 
 
 class FeedStore(StoreBase):
+    def _positions(self, cursor: str) -> list[str]:
+        parts = cursor_parts(cursor)
+        if len(parts) != self.keys.partition_count:
+            raise ValueError(
+                f"the feed cursor {cursor!r} has {len(parts)} parts for "
+                f"{self.keys.partition_count} partitions"
+            )
+        return parts
+
     async def read_feed(
-        self, last_id: str, block_ms: int | None, count: int = 1000
+        self, cursor: str, block_ms: int | None, count: int = 1000
     ) -> list[FeedEntry]:
-        """Global feed entries after `last_id`: (feed id, execution id, sequence, envelope)."""
-        raw = await self.redis.xread({self.keys.feed: last_id}, count=count, block=block_ms)
-        if not raw:
-            return []
-        return [_entry(fid, f) for fid, f in raw[0][1]]
+        """Feed entries after `cursor`, merged, at most `count`, waiting up to `block_ms`
+        (None: not at all) for the first of any partition.
 
-    async def feed_after(self, after_id: str, count: int) -> list[FeedEntry]:
-        """Retained feed entries after `after_id` (exclusive), oldest first, at most `count`."""
-        raw = await self.redis.xrange(self.keys.feed, f"({after_id}", "+", count=count)
-        return [_entry(fid, f) for fid, f in raw]
+        On one Redis node this is one `XREAD` of every partition's feed (one round trip,
+        one connection however many partitions). A Redis Cluster refuses a read of keys in
+        several slots (CROSSSLOT), and each partition is a slot of its own: there each
+        partition is read with an `XREAD` of its own, concurrently (`_read_each`)."""
+        parts = self._positions(cursor)
+        feeds = [p.feed for p in self.keys.partitions]
+        if len(feeds) == 1:
+            raw = await self.redis.xread({feeds[0]: parts[0]}, count=count, block=block_ms)
+            return _single(raw[0][1]) if raw else []
+        if isinstance(self.redis, RedisCluster):
+            reads = await self._read_each(parts, block_ms, count)
+        else:
+            index = {feed.encode(): i for i, feed in enumerate(feeds)}
+            answer = await self.redis.xread(
+                dict(zip(feeds, parts, strict=True)), count=count, block=block_ms
+            )
+            reads = [(index[key], raw) for key, raw in answer or ()]
+        return _merged(cursor, reads, count)
 
-    async def feed_state(self) -> tuple[str | None, str | None, int]:
-        """The oldest and newest retained feed ids, and how many entries the feed holds."""
+    async def _read_each(
+        self, parts: list[str], block_ms: int | None, count: int
+    ) -> list[tuple[int, Raw]]:
+        """A Redis Cluster's read: first every partition without waiting, concurrently;
+        when none has anything and `block_ms` says wait, every partition blocking at once,
+        until the first answers with entries (or all time out). The others are cancelled
+        then: the read moves no cursor, so what they would have answered is read next time.
+        (A cancelled command costs its connection, which redis-py drops; so only a wake
+        from idle pays that, never a busy feed.)"""
+        feeds = [p.feed for p in self.keys.partitions]
+
+        async def one(i: int, block: int | None) -> tuple[int, Raw]:
+            raw: Any = await self.redis.xread({feeds[i]: parts[i]}, count=count, block=block)
+            return i, (raw[0][1] if raw else [])
+
+        found = [
+            r for r in await asyncio.gather(*(one(i, None) for i in range(len(parts)))) if r[1]
+        ]
+        if found or block_ms is None:
+            return found
+        pending = {asyncio.ensure_future(one(i, block_ms)) for i in range(len(parts))}
+        try:
+            while pending and not found:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                found += [r for r in (task.result() for task in done) if r[1]]
+        finally:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        return found
+
+    async def feed_after(self, cursor: str, count: int, upto: str | None = None) -> list[FeedEntry]:
+        """Retained feed entries after `cursor` (exclusive) and up to `upto` (inclusive, a
+        cursor too; None: the end), merged, oldest first, at most `count`."""
+        parts = self._positions(cursor)
+        ends = self._positions(upto) if upto is not None else ["+"] * len(parts)
+        feeds = [p.feed for p in self.keys.partitions]
+        if len(feeds) == 1:
+            return _single(await self.redis.xrange(feeds[0], f"({parts[0]}", ends[0], count=count))
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.xrange(self.keys.feed, "-", "+", count=1)
-            pipe.xrevrange(self.keys.feed, "+", "-", count=1)
-            pipe.xlen(self.keys.feed)
-            first, last, length = await pipe.execute()
-        return (
-            first[0][0].decode() if first else None,
-            last[0][0].decode() if last else None,
-            int(length),
-        )
+            for feed, after, end in zip(feeds, parts, ends, strict=True):
+                pipe.xrange(feed, f"({after}", end, count=count)
+            answers = await pipe.execute()
+        return _merged(cursor, list(enumerate(answers)), count)
+
+    async def feed_state(self) -> list[FeedBounds]:
+        """Each partition's feed bounds, in partition order (one round trip on one node)."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for part in self.keys.partitions:
+                pipe.xrange(part.feed, "-", "+", count=1)
+                pipe.xrevrange(part.feed, "+", "-", count=1)
+                pipe.xlen(part.feed)
+            answers = await pipe.execute()
+        bounds: list[FeedBounds] = []
+        for i in range(0, len(answers), 3):
+            first, last, length = answers[i : i + 3]
+            bounds.append(
+                FeedBounds(
+                    first[0][0].decode() if first else None,
+                    last[0][0].decode() if last else None,
+                    int(length),
+                )
+            )
+        return bounds

@@ -1,55 +1,178 @@
 """Every Redis key majordomus writes, built in this one module, arq's included.
 
 Every key starts with the prefix (`MAJORDOMUS_KEY_PREFIX`), so deployments with different
-prefixes share a database without sharing a key. Of arq's keys only two remain, named
-here: the queue and the worker's health record. arq's job, in-progress, retry, result and
-abort keys are never written: an execution's snapshot is its job, `take.lua` takes and
-starts it in one step (so there is no in-progress mark to keep), majordomus keeps no
-result beside the snapshot and cancels through its own `cancelling`. Keys of one
-execution share the hash tag `{<execution id>}`, so a Redis Cluster keeps them in one slot. The indexes (all
-executions, by state, finished) and the global feed are process-wide keys; the scripts that
-touch both an execution and an index are therefore single-node (or Sentinel) operations,
-which is what majordomus is deployed on today.
+prefixes share a database without sharing a key. Of arq's keys only the worker's health
+record remains (`<prefix>:queue:health-check`, what `arq --check` reads): an execution's
+snapshot is its job, `take.lua` takes and starts it in one step, majordomus keeps no
+result beside the snapshot and cancels through its own `cancelling`.
+
+**Partitions.** The executions are split into `MAJORDOMUS_PARTITIONS` partitions (1 by
+default). Everything a script touches in one step lives in one partition and carries that
+partition's hash tag, so on a Redis Cluster each script's keys are in one slot and the
+partitions spread over the shards: an execution's snapshot, stream, worker-only input and
+task record; its partition's ready queue, delayed set, indexes (all, queued, running,
+finished) and live feed; each worker's lease, running set and last take, once per
+partition; each capped capability's slots and waiting list; the idempotency keys. The
+tags are chosen so that partition n of P hashes into the n-th of P equal slot ranges
+(`partition_tag`), which is how `redis-cli --cluster create` deals slots out: P partitions
+on P shards put one on each. An execution's partition is its id's random suffix modulo P
+(`majordomus.ids`), so finding its keys needs no lookup; the number of partitions is fixed
+for a deployment's life (changing it would move every id's keys).
+
+Keys outside the partitions are touched by single-key commands only, or by scripts of
+their own concept that stay in one slot: the workers' set and presence, the sweeper lock,
+the channels, the episodes (one tag for all of them, `{<prefix>:ep}`) and the schedules
+(`{<prefix>:sched}`).
 """
 
 from __future__ import annotations
 
+import binascii
+import itertools
+import zlib
 
-class Keys:
-    def __init__(self, prefix: str = "md") -> None:
-        self.prefix = prefix
-        # The ready queue (arq's name for it): what can run now, scored by its place in line
-        # (when it became ready, less its priority's head start, `majordomus.priorities`).
-        self.queue = f"{prefix}:queue"
+SLOTS = 16384
+"""Redis Cluster's hash slots."""
+
+
+def slot_of(key: str) -> int:
+    """The Redis Cluster hash slot of `key` (CRC16/XMODEM of its hash tag, or of the key)."""
+    raw = key.encode()
+    start = raw.find(b"{")
+    if start >= 0:
+        end = raw.find(b"}", start + 1)
+        if end > start + 1:
+            raw = raw[start + 1 : end]
+    return binascii.crc_hqx(raw, 0) % SLOTS
+
+
+def partition_tag(prefix: str, index: int, count: int) -> str:
+    """The hash tag of partition `index` of `count`: the first `{<prefix>/<index>/<k>}`
+    whose slot lies in the `index`-th of `count` equal slot ranges."""
+    for k in itertools.count():
+        tag = f"{prefix}/{index}/{k}"
+        if slot_of("{" + tag + "}") * count // SLOTS == index:
+            return "{" + tag + "}"
+    raise AssertionError("unreachable")
+
+
+class Partition:
+    """The keys of one partition, every one of them in the same slot: each is its `base`
+    (`<prefix>:{<tag>}:`) and a name, so a script given the base finds the keys it did
+    not get as it goes (an execution's snapshot, a capability's slots, a worker's set)."""
+
+    def __init__(self, prefix: str, index: int, count: int) -> None:
+        self.index = index
+        self.tag = partition_tag(prefix, index, count)
+        self.base = base = f"{prefix}:{self.tag}:"
+        # The ready queue: what can run now, scored by its place in line (when it became
+        # ready, less its priority's head start, `majordomus.priorities`).
+        self.queue = base + "queue"
         # Executions due later, scored by when (epoch ms); the take moves each into the ready
         # queue when it is due, so waiting costs no worker and no traffic.
-        self.delayed = f"{prefix}:queue:delayed"
-        # arq's worker health record (what `arq --check` reads), named as arq names it.
+        self.delayed = base + "queue:delayed"
+        # Every execution, by its place in the order of creation (`create.lua`: epoch ms
+        # times 1024, rising within the partition and unique across them), so the
+        # partitions' lists merge into one.
+        self.all = base + "idx:all"
+        self.created_counter = base + "idx:all:counter"
+        self.queued = base + "idx:queued"
+        self.running = base + "idx:running"
+        self.finished = base + "idx:finished"
+        self.feed = base + "feed"
+
+    def snapshot(self, execution_id: str) -> str:
+        return f"{self.base}x:{execution_id}"
+
+    def worker_running(self, worker_id: str) -> str:
+        """The executions of this partition a worker holds (running or cancelling): added
+        by the claim and removed by the terminal event, in `append.lua`, so finding a dead
+        worker's executions reads these sets, never every execution."""
+        return f"{self.base}worker:{worker_id}:running"
+
+    def worker_take(self, worker_id: str) -> str:
+        """A worker's last take of this partition (its token and the ids it started), so
+        that the take sent again after a lost answer answers the same executions."""
+        return f"{self.base}worker:{worker_id}:take"
+
+    def lease(self, worker_id: str) -> str:
+        """A worker's lease, as this partition's scripts read it (one per partition, all
+        renewed by each beat)."""
+        return f"{self.base}lease:{worker_id}"
+
+    def concurrency(self, capability: str) -> str:
+        return f"{self.base}conc:{capability}"
+
+    def waiting(self, capability: str) -> str:
+        """Executions held back by the capability's `max_concurrency`, scored by their
+        place: out of the queue, so waiting costs no worker and no traffic; the terminal
+        event of a slot holder moves the oldest back into the queue."""
+        return f"{self.base}conc:{capability}:waiting"
+
+    def idempotency(self, key: str) -> str:
+        """An idempotency key's holder ("<execution id> <fingerprint>"), kept the retention."""
+        return f"{self.base}idem:{key}"
+
+
+class Keys:
+    def __init__(self, prefix: str = "md", partitions: int = 1) -> None:
+        self.prefix = prefix
+        self.partition_count = partitions
+        self.partitions = tuple(Partition(prefix, i, partitions) for i in range(partitions))
+        # arq's worker health record (what `arq --check` reads), named as arq names it: its
+        # queue name is `<prefix>:queue`, which majordomus keeps per partition.
+        self.queue_name = f"{prefix}:queue"
         self.health_check = f"{prefix}:queue:health-check"
-        self.all = f"{prefix}:idx:all"
-        self.created_counter = f"{prefix}:idx:all:counter"
-        self.queued = f"{prefix}:idx:queued"
-        self.running = f"{prefix}:idx:running"
-        self.finished = f"{prefix}:idx:finished"
-        self.feed = f"{prefix}:feed"
         self.workers = f"{prefix}:workers"
         self.wake_channel = f"{prefix}:wake"
         self.cancel_channel = f"{prefix}:cancel"
         # The one sweeper at a time, across every worker and API process.
         self.sweeper_lock = f"{prefix}:sweeper"
         # Open and detached episodes by external id, scored by when the reaper may close
-        # each (epoch ms); closed records by their key, scored by when they closed.
-        self.episodes = f"{prefix}:episodes"
-        self.episodes_closed = f"{prefix}:episodes:closed"
+        # each (epoch ms); closed records by their key, scored by when they closed. Every
+        # episode key shares one tag, so the episodes' scripts stay in one slot.
+        self.episode_tag = "{" + prefix + ":ep}"
+        self.episodes = f"{prefix}:episodes:{self.episode_tag}"
+        self.episodes_closed = f"{prefix}:episodes:{self.episode_tag}:closed"
+
+    # -- partitions -----------------------------------------------------------------------
+
+    def partition_of(self, execution_id: str) -> Partition:
+        """The partition an execution lives in: its id's random suffix modulo the count."""
+        if self.partition_count == 1:
+            return self.partitions[0]
+        return self.partitions[int(execution_id[-8:], 16) % self.partition_count]
+
+    def partition_for(self, name: str) -> Partition:
+        """The partition a name (a capped capability, an idempotency key) is pinned to."""
+        return self.partitions[zlib.crc32(name.encode()) % self.partition_count]
+
+    def partition_of_capability(self, capability: str) -> Partition:
+        """The partition every execution of a capped capability (`max_concurrency`) lives
+        in, with its slots and waiting list: the cap is kept in one step, in one slot."""
+        return self.partition_for("cap:" + capability)
+
+    def partition_of_key(self, idempotency_key: str) -> Partition:
+        """The partition an idempotency key (and so the execution holding it) lives in: a
+        retry's key (`retry:<id>`) its retried attempt's, any other by the key's hash."""
+        retried = idempotency_key.removeprefix("retry:")
+        if retried != idempotency_key and len(retried) >= 8:
+            try:
+                return self.partition_of(retried)
+            except ValueError:
+                pass
+        return self.partition_for("key:" + idempotency_key)
+
+    # -- one execution ----------------------------------------------------------------------
 
     def snapshot(self, execution_id: str) -> str:
-        return f"{self.prefix}:x:{{{execution_id}}}"
+        return self.partition_of(execution_id).snapshot(execution_id)
 
     def events(self, execution_id: str) -> str:
-        return f"{self.prefix}:x:{{{execution_id}}}:events"
+        return self.snapshot(execution_id) + ":events"
 
     def secret_input(self, execution_id: str) -> str:
-        return f"{self.prefix}:x:{{{execution_id}}}:input"
+        return self.snapshot(execution_id) + ":input"
 
     def execution_keys(self, execution_id: str) -> list[str]:
         return [
@@ -58,72 +181,54 @@ class Keys:
             self.secret_input(execution_id),
         ]
 
-    def idempotency(self, key: str) -> str:
-        """An idempotency key's holder ("<execution id> <fingerprint>"), kept the retention."""
-        return f"{self.prefix}:idem:{key}"
+    def task(self, execution_id: str) -> str:
+        """The MCP task an execution backs: its id secret's hash, its owner and its tool. It
+        shares the execution's partition tag, so a task and its execution are read in one
+        round trip on one node, and on a Redis Cluster in one slot."""
+        return self.snapshot(execution_id) + ":task"
+
+    # -- workers ------------------------------------------------------------------------------
 
     def worker(self, worker_id: str) -> str:
+        """A worker's presence (a hash: host, pid, last beat...)."""
         return f"{self.prefix}:worker:{worker_id}"
 
-    def worker_running(self, worker_id: str) -> str:
-        """The executions a worker holds (running or cancelling): added by the claim and
-        removed by the terminal event, in `append.lua`, so finding a dead worker's
-        executions reads this set, never every execution."""
-        return f"{self.prefix}:worker:{worker_id}:running"
-
-    def worker_take(self, worker_id: str) -> str:
-        """A worker's last take (its token and the ids it started), so that the take sent
-        again after a lost answer answers the same executions (`take.lua`)."""
-        return f"{self.prefix}:worker:{worker_id}:take"
-
-    def lease(self, worker_id: str) -> str:
-        return f"{self.prefix}:lease:{worker_id}"
-
-    def concurrency(self, capability: str) -> str:
-        return f"{self.prefix}:conc:{capability}"
-
-    def waiting(self, capability: str) -> str:
-        """Executions held back by the capability's `max_concurrency`, scored by when they
-        were queued: out of the queue, so waiting costs no worker and no traffic; the
-        terminal event of a slot holder moves the oldest back into the queue."""
-        return f"{self.prefix}:conc:{capability}:waiting"
+    # -- episodes (`majordomus.store.episodes`) -------------------------------------------
 
     def episode(self, external_id: str) -> str:
-        return f"{self.prefix}:ep:{{{external_id}}}"
+        return f"{self.prefix}:ep:{self.episode_tag}:{external_id}"
 
     def episode_lease(self, external_id: str) -> str:
-        return f"{self.prefix}:ep:{{{external_id}}}:lease"
+        return f"{self.episode(external_id)}:lease"
 
     def episode_closed(self, external_id: str, closed_ms: int) -> str:
         """The record an episode becomes when it closes, kept for the retention time."""
-        return f"{self.prefix}:ep:{{{external_id}}}:closed:{closed_ms}"
+        return f"{self.episode(external_id)}:closed:{closed_ms}"
 
-    # -- schedules (`majordomus.store.schedules`) ---------------------------------------------
+    # -- schedules (`majordomus.store.schedules`) -------------------------------------------
+
+    @property
+    def schedule_tag(self) -> str:
+        return "{" + self.prefix + ":sched}"
 
     @property
     def schedules(self) -> str:
         """Every schedule's id, scored by when it was first stored (epoch ms)."""
-        return f"{self.prefix}:schedules"
+        return f"{self.prefix}:schedules:{self.schedule_tag}"
 
     @property
     def schedules_version(self) -> str:
         """A counter every change of a schedule (not its ticks) increments: a ticker reads it
         at each wake and reloads the schedules when it moved."""
-        return f"{self.prefix}:schedules:version"
+        return f"{self.prefix}:schedules:{self.schedule_tag}:version"
 
     def schedule(self, schedule_id: str) -> str:
         """One schedule: its definition, origin, pause and last tick (`store/schedules.py`)."""
-        return f"{self.prefix}:sched:{{{schedule_id}}}"
+        return f"{self.prefix}:sched:{self.schedule_tag}:{schedule_id}"
 
-    # -- MCP tasks (`majordomus.store.tasks`) -------------------------------------------------
-
-    def task(self, execution_id: str) -> str:
-        """The MCP task an execution backs: its id secret's hash, its owner and its tool. It
-        shares the execution's hash tag, so a task and its execution are read in one round
-        trip on one node, and on a Redis Cluster in one slot."""
-        return f"{self.prefix}:task:{{{execution_id}}}"
+    # -- MCP tasks' owners (`majordomus.store.tasks`) -----------------------------------------
 
     def owner_tasks(self, owner: str) -> str:
-        """The tasks one owner (an episode, a bearer token's hash) created, newest last,
-        scored by creation (epoch ms): what `majordomus://tasks` lists."""
+        """The tasks one owner (an episode, a bearer token's hash) created, scored by
+        creation (epoch ms): what `majordomus://tasks` lists."""
         return f"{self.prefix}:tasks:{{{owner}}}"

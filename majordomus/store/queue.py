@@ -19,6 +19,7 @@ from majordomus.config import Settings
 from majordomus.store.base import StoreBase
 from majordomus.store.clock import now_stamp
 from majordomus.store.connect import RedisClient
+from majordomus.store.keys import Partition
 
 RUN_EXECUTION = "run_execution"
 """The name of the one arq function a majordomus worker registers (arq wants one)."""
@@ -59,32 +60,52 @@ class QueueStore(StoreBase):
         super().__init__(redis, settings)
         self._release = self.script("release_slot.lua")
         self._take = self.script("take.lua")
+        self._turn = 0
 
     async def take(self, worker: str, count: int, token: str) -> Take:
-        """Take up to `count` due executions off the queue and start them on `worker`, in
-        one trip (`take.lua`). `token` (from `next_token`) makes the call safe to send
-        again: a take whose answer was lost, sent with the same token, answers the
-        executions its first send started, so pass the same token until a take answers."""
-        keys = self.keys
-        lease_ms = int(self.settings.lease_seconds * 1000)
+        """Take up to `count` due executions off the queue and start them on `worker`
+        (`take.lua`): one trip per partition visited, starting from the next partition in
+        turn and going on while there is room, so every partition is served alike.
+        `token` (from `next_token`) makes the call safe to send again: a take whose answer
+        was lost, sent with the same token, answers the executions its first send started
+        (each partition keeps its last take), so pass the same token until a take answers;
+        the turn moves on only when one did."""
+        parts = self.keys.partitions
+        start = self._turn % len(parts)
+        taken: list[Taken] = []
+        heads: list[float] = []
+        for step in range(len(parts)):
+            part = parts[(start + step) % len(parts)]
+            one = await self._take_from(part, worker, count - len(taken), token)
+            if one.lapsed:
+                return one
+            taken.extend(one.taken)
+            if one.next_due_ms is not None:
+                heads.append(one.next_due_ms)
+            if len(taken) >= count:
+                break
+        self._turn = start + 1
+        return Take(taken, min(heads) if heads else None)
+
+    async def _take_from(self, part: Partition, worker: str, count: int, token: str) -> Take:
         answer = await self._take(
             keys=[
-                keys.queue,
-                keys.queued,
-                keys.running,
-                keys.feed,
-                keys.worker_running(worker),
-                keys.lease(worker),
-                keys.worker_take(worker),
-                keys.delayed,
+                part.queue,
+                part.queued,
+                part.running,
+                part.feed,
+                part.worker_running(worker),
+                part.lease(worker),
+                part.worker_take(worker),
+                part.delayed,
             ],
             args=[
                 count,
                 worker,
                 now_stamp()[0],
                 self.settings.feed_max_events,
-                lease_ms,
-                keys.prefix,
+                int(self.settings.lease_seconds * 1000),
+                part.base,
                 token,
                 TAKE_KEPT_SECONDS * 1000,
             ],
@@ -103,9 +124,12 @@ class QueueStore(StoreBase):
         ]
         return Take(taken, float(head) if head else None)
 
-    async def queue_length(self, queue: str) -> int:
-        """How many jobs the queue holds, due or deferred, running or not."""
-        return int(await self.redis.zcard(queue))
+    async def ready_count(self) -> int:
+        """How many executions can run now, in every partition's ready queue."""
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for part in self.keys.partitions:
+                pipe.zcard(part.queue)
+            return sum(int(n) for n in await pipe.execute())
 
     # -- concurrency slots --------------------------------------------------------------
 
@@ -118,19 +142,17 @@ class QueueStore(StoreBase):
         """Free a slot (the holder's terminal event does this itself; this is for a holder
         that ends without one) and move the oldest waiting executions into the queue while
         slots are free; with `execution_id` '' it only promotes. Answers how many moved."""
+        part = self.keys.partition_of_capability(capability)
         moved = await self._release(
-            keys=[
-                self.keys.concurrency(capability),
-                self.keys.waiting(capability),
-                self.keys.queue,
-            ],
-            args=[execution_id, limit, self.keys.wake_channel, self.keys.prefix],
+            keys=[part.concurrency(capability), part.waiting(capability), part.queue],
+            args=[execution_id, limit, self.keys.wake_channel, part.base],
         )
         return int(moved)
 
     async def waiting_count(self, capability: str) -> int:
         """How many executions wait for one of the capability's slots."""
-        return int(await self.redis.zcard(self.keys.waiting(capability)))
+        part = self.keys.partition_of_capability(capability)
+        return int(await self.redis.zcard(part.waiting(capability)))
 
     async def renew_slots(self, held: Sequence[tuple[str, str]]) -> None:
         if not held:
@@ -138,7 +160,8 @@ class QueueStore(StoreBase):
         _, expiry = self._slot_expiry()
         async with self.redis.pipeline(transaction=False) as pipe:
             for capability, execution_id in held:
-                pipe.zadd(self.keys.concurrency(capability), {execution_id: expiry}, xx=True)
+                part = self.keys.partition_of_capability(capability)
+                pipe.zadd(part.concurrency(capability), {execution_id: expiry}, xx=True)
             await pipe.execute()
 
 

@@ -2,10 +2,12 @@
 
 `create` publishes on the wake-up channel (so an idle worker polls at once) and an
 `execution.cancelling` publishes the execution's id on the cancel channel, both inside
-their scripts. A worker holds one subscription to both, on a connection of its own; what
-it does on a signal, and how it resubscribes when Redis goes away, is `workers/`'s. A
-signal may be missed while no one listens: the poll fallback and the next beat's state
-check are what make up for it, not this module.
+their scripts. A worker holds one subscription to both, on a connection of its own (on a
+Redis Cluster, to one of its nodes: a PUBLISH reaches every node's subscribers, so any one
+hears them all; `majordomus.store.connect.pubsub_of`); what it does on a signal, and how
+it resubscribes when Redis goes away, is `workers/`'s. A signal may be missed while no one
+listens: the poll fallback and the next beat's state check are what make up for it, not
+this module.
 
 The subscription reads in slices of `SIGNAL_READ_SECONDS` and pings every
 `SIGNAL_PING_SECONDS`: a connection that answers nothing for `SIGNAL_SILENCE_SECONDS` is
@@ -24,6 +26,7 @@ from typing import Any, Literal
 from redis.exceptions import TimeoutError as _TimeoutError
 
 from majordomus.store.base import StoreBase
+from majordomus.store.connect import pubsub_of
 
 SIGNAL_READ_SECONDS = 1.0
 """One read of the subscription waits at most this (below the client's socket timeout)."""
@@ -48,7 +51,7 @@ class SignalStore(StoreBase):
 
         The connection is given back when the iteration ends, however it ends (close it,
         or let it raise)."""
-        pubsub = self.redis.pubsub()
+        pubsub = await pubsub_of(self.redis)
         try:
             await pubsub.subscribe(self.keys.wake_channel, self.keys.cancel_channel)
         except BaseException:

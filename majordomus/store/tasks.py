@@ -4,7 +4,7 @@ A task is an execution an MCP client asked for as a task (`api.mcp.tasks`). Its 
 (`task:{<execution id>}`, a hash) holds what the execution does not: the SHA-256 of the
 task id's secret part (so the id itself is stored nowhere), the owner the task answers to,
 and the tool it was called as. The record shares the execution's hash tag, so `read` takes
-the record, the snapshot and the last event in one round trip (one `MULTI`, one slot).
+the record, the snapshot and the last event in one round trip (one pipeline, one slot).
 
 The record is kept the retention time (`MAJORDOMUS_RETAIN_SECONDS`) past its last read: a
 finished execution's own keys expire the retention time after it ended, so the record
@@ -25,7 +25,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from majordomus.config import Settings
 from majordomus.store.base import StoreBase
+from majordomus.store.connect import RedisClient
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,10 @@ OWNER_TASKS_KEPT = 1000
 class TaskStore(StoreBase):
     """Every Redis command the MCP tasks send."""
 
+    def __init__(self, redis: RedisClient, settings: Settings) -> None:
+        super().__init__(redis, settings)
+        self._put = self.script("put_expiring.lua")
+
     @property
     def keep_ms(self) -> int:
         return int(self.settings.retain_seconds * 1000)
@@ -80,18 +86,20 @@ class TaskStore(StoreBase):
             pipe.zremrangebyrank(listed, 0, -OWNER_TASKS_KEPT - 1)
             pipe.pexpire(listed, self.keep_ms)
             await pipe.execute()
-        async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(
-                key,
-                mapping={
-                    "secret": record.secret_hash,
-                    "owner": record.owner,
-                    "tool": record.tool,
-                    "created_ms": record.created_ms,
-                },
-            )
-            pipe.pexpire(key, self.keep_ms)
-            await pipe.execute()
+        await self._put(
+            keys=[key],
+            args=[
+                self.keep_ms,
+                "secret",
+                record.secret_hash,
+                "owner",
+                record.owner,
+                "tool",
+                record.tool,
+                "created_ms",
+                record.created_ms,
+            ],
+        )
 
     async def owned(self, owner: str, count: int) -> list[str]:
         """The execution ids of `owner`'s newest `count` tasks, newest first."""

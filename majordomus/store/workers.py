@@ -2,8 +2,8 @@
 
 A worker beats every fifth of `MAJORDOMUS_LEASE_SECONDS`: it renews its lease (a key that
 expires after half the lease time when beats stop) and writes its presence (a hash, and its
-score in the workers' set: its last beat, epoch ms). The executions it holds are the set
-`Keys.worker_running`, kept by the scripts (added by the take, `take.lua`, removed by the
+score in the workers' set: its last beat, epoch ms). The executions it holds are the sets
+`Partition.worker_running` (one per partition), kept by the scripts (added by the take, `take.lua`, removed by the
 terminal event, `append.lua`), so a dead worker's executions are found without reading
 every execution.
 
@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from redis.exceptions import WatchError
-
+from majordomus.config import Settings
 from majordomus.store.base import StoreBase
+from majordomus.store.connect import RedisClient
 
 PRESENCE_SECONDS = 3600
 """How long a worker that stopped beating is still shown (`majordomus queue` marks it
@@ -44,11 +44,16 @@ class WorkerLease:
 
 
 class WorkerStore(StoreBase):
+    def __init__(self, redis: RedisClient, settings: Settings) -> None:
+        super().__init__(redis, settings)
+        self._lock = self.script("sweeper_lock.lua")
+
     async def beat(self, worker_id: str, presence: Presence, beat_ms: int, lease_ms: int) -> None:
         """Renew the worker's lease for `lease_ms` and write its presence, in one round trip."""
         k = self.keys
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.set(k.lease(worker_id), beat_ms, px=lease_ms)
+            for part in k.partitions:  # each partition's scripts read their own
+                pipe.set(part.lease(worker_id), beat_ms, px=lease_ms)
             pipe.hset(k.worker(worker_id), mapping=dict(presence))
             pipe.expire(k.worker(worker_id), PRESENCE_SECONDS)
             pipe.zadd(k.workers, {worker_id: beat_ms})
@@ -60,9 +65,10 @@ class WorkerStore(StoreBase):
         workers' set without a lease, so the sweeper fails them rather than losing them."""
         k = self.keys
         async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.delete(k.lease(worker_id))
-            pipe.scard(k.worker_running(worker_id))
-            _, holds = await pipe.execute()
+            for part in k.partitions:
+                pipe.delete(part.lease(worker_id))
+                pipe.scard(part.worker_running(worker_id))
+            holds = sum(int(n) for n in (await pipe.execute())[1::2])
         if not holds:
             await self.forget_workers([worker_id])
 
@@ -78,7 +84,7 @@ class WorkerStore(StoreBase):
         async with self.redis.pipeline(transaction=False) as pipe:
             for worker_id in ids:
                 pipe.hgetall(self.keys.worker(worker_id))
-                pipe.exists(self.keys.lease(worker_id))
+                pipe.exists(self.keys.partitions[0].lease(worker_id))
             raw = await pipe.execute()
         return [(worker_id, raw[2 * i], bool(raw[2 * i + 1])) for i, worker_id in enumerate(ids)]
 
@@ -98,13 +104,23 @@ class WorkerStore(StoreBase):
         if not beats:
             return []
         ids = [raw.decode() for raw, _ in beats]
+        parts = k.partitions
+        width = 2 * len(parts)
         async with self.redis.pipeline(transaction=False) as pipe:
             for worker_id in ids:
-                pipe.exists(k.lease(worker_id))
-                pipe.scard(k.worker_running(worker_id))
+                for part in parts:
+                    pipe.exists(part.lease(worker_id))
+                    pipe.scard(part.worker_running(worker_id))
             raw = await pipe.execute()
+        # Held while every partition's lease is (a beat sets them all; one that lapsed in
+        # any partition lets the sweeper fail the worker's executions there).
         return [
-            WorkerLease(worker_id, int(score), bool(raw[2 * i]), int(raw[2 * i + 1]))
+            WorkerLease(
+                worker_id,
+                int(score),
+                all(raw[width * i : width * (i + 1) : 2]),
+                sum(int(n) for n in raw[width * i + 1 : width * (i + 1) : 2]),
+            )
             for i, (worker_id, (_, score)) in enumerate(zip(ids, beats, strict=True))
         ]
 
@@ -112,17 +128,28 @@ class WorkerStore(StoreBase):
         """The executions each worker's running set names, in one round trip."""
         if not worker_ids:
             return []
+        parts = self.keys.partitions
         async with self.redis.pipeline(transaction=False) as pipe:
             for worker_id in worker_ids:
-                pipe.smembers(self.keys.worker_running(worker_id))
+                for part in parts:
+                    pipe.smembers(part.worker_running(worker_id))
             raw = await pipe.execute()
-        return [sorted(m.decode() for m in members) for members in raw]
+        width = len(parts)
+        return [
+            sorted(m.decode() for members in raw[width * i : width * (i + 1)] for m in members)
+            for i in range(len(worker_ids))
+        ]
 
     async def let_go(self, worker_id: str, execution_ids: Sequence[str]) -> None:
         """Take executions out of a worker's running set (the terminal event does it for
         the ones it ends; this is for those that were already ended or forgotten)."""
-        if execution_ids:
-            await self.redis.srem(self.keys.worker_running(worker_id), *execution_ids)  # type: ignore[misc]
+        if not execution_ids:
+            return
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for execution_id in execution_ids:
+                part = self.keys.partition_of(execution_id)
+                pipe.srem(part.worker_running(worker_id), execution_id)
+            await pipe.execute()
 
     async def forget_workers(self, worker_ids: Sequence[str]) -> None:
         """Remove workers' presence, lease, running set and last take, in one round trip."""
@@ -131,52 +158,30 @@ class WorkerStore(StoreBase):
         k = self.keys
         async with self.redis.pipeline(transaction=False) as pipe:
             for worker_id in worker_ids:
-                pipe.delete(
-                    k.worker(worker_id),
-                    k.lease(worker_id),
-                    k.worker_running(worker_id),
-                    k.worker_take(worker_id),
-                )
+                pipe.delete(k.worker(worker_id))
+                for part in k.partitions:  # one slot each: a cluster deletes them apart
+                    pipe.delete(part.lease(worker_id))
+                    pipe.delete(part.worker_running(worker_id))
+                    pipe.delete(part.worker_take(worker_id))
             pipe.zrem(k.workers, *worker_ids)
             await pipe.execute()
 
     async def hold_sweeper_lock(self, holder: str, ttl_ms: int, *, renew: bool = False) -> bool:
         """Take the sweeper lock for `ttl_ms` if it is free or, with `renew` (`holder` had it
         at its last try), extend it if `holder` still has it; answers whether `holder` holds
-        it now. A candidate's try is one command (SET NX PX), a holder's renewal five."""
+        it now. A candidate's try is one command (SET NX PX), a holder's renewal one script
+        (`sweeper_lock.lua`: the check and the extension in one step)."""
         key = self.keys.sweeper_lock
         if renew:
-            # WATCH makes the check and the PEXPIRE one step: a lock that lapsed and was
-            # taken by another in between is not extended.
-            async with self.redis.pipeline(transaction=True) as pipe:
-                try:
-                    await pipe.watch(key)
-                    current = await pipe.get(key)
-                    if current == holder.encode():
-                        pipe.multi()
-                        pipe.pexpire(key, ttl_ms)
-                        await pipe.execute()
-                        return True
-                except WatchError:
-                    return False
-            if current is not None:
+            if await self._lock(keys=[key], args=[holder, "renew", ttl_ms]):
+                return True
+            if await self.redis.exists(key):
                 return False
         return bool(await self.redis.set(key, holder, nx=True, px=ttl_ms))
 
     async def release_sweeper_lock(self, holder: str) -> bool:
         """Give the sweeper lock up if `holder` has it (another may take it at once)."""
-        key = self.keys.sweeper_lock
-        async with self.redis.pipeline(transaction=True) as pipe:
-            try:
-                await pipe.watch(key)
-                if await pipe.get(key) != holder.encode():
-                    return False
-                pipe.multi()
-                pipe.delete(key)
-                await pipe.execute()
-            except WatchError:
-                return False
-        return True
+        return bool(await self._lock(keys=[self.keys.sweeper_lock], args=[holder, "release"]))
 
     async def sweeper_lock_holder(self) -> str | None:
         """Who holds the sweeper lock now (for inspection and tests)."""

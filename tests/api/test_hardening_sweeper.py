@@ -51,7 +51,7 @@ async def dead_worker_running(engine: Engine, worker_id: str, count: int) -> lis
     for execution_id in ids:
         claim, _ = await store.claim(execution_id, worker_id)
         assert claim.complete
-    await store.redis.delete(store.keys.lease(worker_id))
+    await store.redis.delete(store.keys.partitions[0].lease(worker_id))
     return ids
 
 

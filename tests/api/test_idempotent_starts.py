@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import redis as redis_sync
 
+from majordomus.store.keys import Keys
 from tests.api.conftest import ApiProcess, wait_final
 
 START = "/api/v1/executions/start"
@@ -54,7 +55,7 @@ def test_the_same_key_with_another_input_is_refused_naming_the_holder(
 def test_a_thousand_racing_starts_with_ten_keys_create_ten_executions(
     http: httpx.Client, api: ApiProcess, api_b: ApiProcess, sync_redis: redis_sync.Redis
 ) -> None:
-    before = sync_redis.zcard("md:idx:all")
+    before = sync_redis.zcard(Keys().partitions[0].all)
     keys = [f"race-{n}" for n in range(10)]
 
     async def race() -> list[tuple[str, str]]:
@@ -79,7 +80,7 @@ def test_a_thousand_racing_starts_with_ten_keys_create_ten_executions(
     assert sorted(ids_by_key) == sorted(keys)
     assert all(len(ids) == 1 for ids in ids_by_key.values()), ids_by_key
     assert len({i for ids in ids_by_key.values() for i in ids}) == 10
-    assert sync_redis.zcard("md:idx:all") - before == 10
+    assert sync_redis.zcard(Keys().partitions[0].all) - before == 10
 
 
 def test_a_start_without_a_key_is_never_merged(http: httpx.Client) -> None:

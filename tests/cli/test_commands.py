@@ -222,7 +222,7 @@ def test_an_unreachable_redis_is_one_line_and_unavailable(cli: Cli) -> None:
 
 
 def test_a_redis_url_that_is_no_url_is_named(cli: Cli) -> None:
-    elsewhere(cli, "redis+sentinel://a:26379/mymaster")
+    elsewhere(cli, "redis+sentinel://a:26379")
     result = cli("executions", "list")
     assert result.exit_code == EXIT_CODE["invalid_input"]
     assert "is not a Redis URL" in result.stderr

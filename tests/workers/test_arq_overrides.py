@@ -144,7 +144,7 @@ async def test_the_queue_and_health_record_are_given_under_the_prefix() -> None:
     cfg = make_settings("redis://127.0.0.1:6379/10", key_prefix="kp1")
     options = worker_options(cfg)
     keys = Keys("kp1")
-    assert (options["queue_name"], options["health_check_key"]) == (keys.queue, keys.health_check)
+    assert (options["queue_name"], options["health_check_key"]) == (keys.queue_name, keys.health_check)
     assert not options.get("allow_abort_jobs") and not options.get("cron_jobs")
     worker = build_worker(cfg, redis=object(), handle_signals=False)
     assert worker.queue_name.startswith("kp1:") and worker.health_check_key.startswith("kp1:")

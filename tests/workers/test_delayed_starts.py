@@ -42,8 +42,8 @@ async def test_a_delayed_start_waits_queued_with_its_due_time_and_starts_on_time
     assert events.events[1].data.due_at == snap.due_at  # type: ignore[union-attr]
     # Not in the ready queue while it waits: no worker takes it early.
     keys = engine.store.keys
-    assert await engine.redis.zcard(keys.queue) == 0
-    assert await engine.redis.zscore(keys.delayed, snap.id) == due
+    assert await engine.redis.zcard(keys.partitions[0].queue) == 0
+    assert await engine.redis.zscore(keys.partitions[0].delayed, snap.id) == due
     final = await engine.wait(snap.id, 5000)
     assert final.state == "succeeded"
     started = await _started_ms(engine, snap.id)
@@ -66,7 +66,7 @@ async def test_delay_ms_and_start_at_over_http_shape_start_at_the_later_of_the_t
         {"capability": "tests.noop", "start_at": "2001-01-01T00:00:00Z"},
     )
     assert past.due_at is msgspec.UNSET  # a time past is now
-    assert await engine.redis.zscore(engine.store.keys.queue, past.id) is not None
+    assert await engine.redis.zscore(engine.store.keys.partitions[0].queue, past.id) is not None
 
 
 async def test_a_delayed_start_cancelled_before_its_time_never_runs(
@@ -77,7 +77,7 @@ async def test_a_delayed_start_cancelled_before_its_time_never_runs(
     )
     answer = await engine.cancel(snap.id)
     assert answer.outcome == "requested" and answer.execution.state == "cancelled"
-    assert await engine.redis.zscore(engine.store.keys.delayed, snap.id) is None
+    assert await engine.redis.zscore(engine.store.keys.partitions[0].delayed, snap.id) is None
     await asyncio.sleep(1.2)  # past its due time, with a worker idle beside it
     assert (await engine.get(snap.id)).state == "cancelled"
     assert "execution.started" not in await types_of(engine, snap.id)
@@ -109,7 +109,7 @@ async def test_an_idle_worker_makes_no_extra_trips_while_delayed_work_waits(
     # The long-poll fallback (1 s) and the odd wake-up (the signal is server-wide, any
     # database's starts send it), not a poll per entry nor a busy loop.
     assert takes <= 10, takes
-    assert await engine.redis.zcard(engine.store.keys.delayed) == 1000
+    assert await engine.redis.zcard(engine.store.keys.partitions[0].delayed) == 1000
 
 
 async def test_many_delayed_executions_come_due_together_and_all_start(
@@ -126,7 +126,7 @@ async def test_many_delayed_executions_come_due_together_and_all_start(
         return all(s == "succeeded" for s in states)
 
     assert await until(all_done, timeout=20)
-    assert await engine.redis.zcard(engine.store.keys.delayed) == 0
+    assert await engine.redis.zcard(engine.store.keys.partitions[0].delayed) == 0
 
 
 async def test_a_start_due_past_the_retention_keeps_its_input_and_its_key_until_then(
@@ -142,6 +142,6 @@ async def test_a_start_due_past_the_retention_keeps_its_input_and_its_key_until_
     )
     keys = engine.store.keys
     retain_ms = engine.settings.retain_seconds * 1000
-    for key in (keys.secret_input(snap.id), keys.idempotency("far-ahead")):
+    for key in (keys.secret_input(snap.id), keys.partitions[0].idempotency("far-ahead")):
         ttl = await engine.redis.pttl(key)
         assert ttl > retain_ms + 29 * 24 * 3600 * 1000, (key, ttl)

@@ -173,7 +173,7 @@ async def test_a_worker_publishes_its_presence(engine: Engine, worker: Any) -> N
     runtime = worker.ctx["majordomus"]
     presence = await engine.redis.hgetall(engine.store.keys.worker(runtime.worker_id))
     assert {b"id", b"host", b"pid", b"started_at", b"running", b"last_beat"} <= set(presence)
-    assert await engine.redis.exists(engine.store.keys.lease(runtime.worker_id))
+    assert await engine.redis.exists(engine.store.keys.partitions[0].lease(runtime.worker_id))
 
 
 async def test_two_worker_processes_run_each_execution_exactly_once(

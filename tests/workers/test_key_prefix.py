@@ -56,8 +56,9 @@ async def test_two_prefixes_on_one_database_share_no_key_and_run_only_their_own(
     await until(lambda: _state(t2, lost.id, "running"), timeout=20)
     in_flight = await all_keys(redis)
     assert strays(in_flight) == []
-    # The execution's keys, under the prefix and the execution's hash tag.
-    assert {f"t2:x:{{{lost.id}}}", f"t2:x:{{{lost.id}}}:events"} <= set(in_flight)
+    # The execution's keys, under the prefix and its partition's hash tag.
+    assert {t2.store.keys.snapshot(lost.id), t2.store.keys.events(lost.id)} <= set(in_flight)
+    assert t2.store.keys.snapshot(lost.id).startswith("t2:{t2/")
     victim.kill()
     victim.wait()
 
@@ -65,7 +66,7 @@ async def test_two_prefixes_on_one_database_share_no_key_and_run_only_their_own(
     stranded = await t1.start("tests.noop", {})
     await beat(t1.store, "ghost")
     assert [t.execution_id for t in (await _take(t1, "ghost")).taken] == [stranded.id]
-    await redis.pexpire(t1.store.keys.lease("ghost"), 1)
+    await redis.pexpire(t1.store.keys.partitions[0].lease("ghost"), 1)
 
     async with running_worker(redis, t1.settings) as w1, running_worker(redis, t2.settings) as w2:
         ids = {p: w.runtime.worker_id for p, w in (("t1", w1), ("t2", w2))}
@@ -96,8 +97,9 @@ async def test_two_prefixes_on_one_database_share_no_key_and_run_only_their_own(
     left = await all_keys(redis)
     assert left and strays(left) == []
     # Of the ended executions only their snapshots and histories are left.
-    kept = [k for k in left if k.startswith(("t1:x:", "t2:x:"))]
-    assert kept and all(k.endswith(("}", "}:events")) for k in kept), kept
+    kept = [k for k in left if ":x:" in k]
+    assert kept and all(k.startswith(("t1:{t1/", "t2:{t2/")) for k in kept), kept
+    assert all(k.count(":x:x-") == 1 and not k.endswith(":input") for k in kept), kept
 
 
 async def _take(engine: Engine, worker: str) -> Any:
@@ -122,7 +124,7 @@ async def test_a_worker_torn_down_mid_run_leaves_its_end_to_the_sweeper(
         await until(lambda: _state(t1, snap.id, "running"))
         keys = t1.store.keys
     assert worker.jobs_retried == 1  # arq's count of a job cut short by the worker's end
-    assert await redis.smembers(keys.worker_running(worker.runtime.worker_id)) == {
+    assert await redis.smembers(keys.partitions[0].worker_running(worker.runtime.worker_id)) == {
         snap.id.encode()
     }
     assert (await t1.get(snap.id)).state == "running"  # the sweeper fails it, a lease on

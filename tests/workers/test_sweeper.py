@@ -60,7 +60,7 @@ async def beat(store: Store, worker_id: str, *, ago_seconds: float = 0, lease: b
     }
     await store.beat(worker_id, presence, beat_ms, 60_000)
     if not lease:
-        await store.redis.delete(store.keys.lease(worker_id))
+        await store.redis.delete(store.keys.partitions[0].lease(worker_id))
 
 
 async def running_on(engine: Engine, worker_id: str, count: int) -> list[str]:
@@ -80,7 +80,7 @@ async def running_on(engine: Engine, worker_id: str, count: int) -> list[str]:
 
 
 async def held(store: Store, worker_id: str) -> set[str]:
-    return {m.decode() for m in await store.redis.smembers(store.keys.worker_running(worker_id))}
+    return {m.decode() for m in await store.redis.smembers(store.keys.partitions[0].worker_running(worker_id))}
 
 
 async def states(engine: Engine, ids: list[str]) -> Counter[str]:
@@ -171,7 +171,7 @@ async def test_a_dead_workers_executions_fail_unavailable_and_a_live_ones_run_on
         assert snap.error.message == "the worker running it stopped"  # type: ignore[union-attr]
     assert await states(engine, alive) == {"running": 3}
     assert await held(store, "dead") == set()
-    assert not await store.redis.exists(store.keys.worker_running("dead"))
+    assert not await store.redis.exists(store.keys.partitions[0].worker_running("dead"))
     assert await held(store, "alive") == set(alive)
     # Still shown, as silent, for a while.
     shown = {w.id: w.silent for w in await worker_presence(engine)}
@@ -200,7 +200,7 @@ async def test_an_execution_that_ended_or_vanished_is_let_go_not_failed(
     await store.append(done, [("execution.completed", b'{"output":{"seconds":0}}')])
     await store.redis.delete(*store.keys.execution_keys(gone))
     # Whatever the scripts did, the set may still name them: the sweep must not choke.
-    await store.redis.sadd(store.keys.worker_running("dead"), done, gone)
+    await store.redis.sadd(store.keys.partitions[0].worker_running("dead"), done, gone)
     assert await Sweeper(store, settings, "test").tick() == 0
     assert (await engine.get(done)).state == "succeeded"
     assert await held(store, "dead") == set()
@@ -228,7 +228,7 @@ async def test_a_worker_that_renews_its_lease_while_being_swept_keeps_its_execut
     assert await states(engine, ids) == Counter({"running": 30})
     assert await held(store, "back") == set(ids)
     monkeypatch.undo()
-    await store.redis.delete(store.keys.lease("back"))  # and once it does lapse, they fail
+    await store.redis.delete(store.keys.partitions[0].lease("back"))  # and once it does lapse, they fail
     assert await sweeper.tick() == 30
 
 
@@ -237,7 +237,7 @@ async def test_a_worker_back_from_an_outage_renews_its_lease_before_it_takes_wor
 ) -> None:
     async with running_worker(redis, settings) as worker:
         runtime = worker.runtime
-        lease_key = engine.store.keys.lease(runtime.worker_id)
+        lease_key = engine.store.keys.partitions[0].lease(runtime.worker_id)
         take = runtime.store.take
         lease_at_take: list[bool] = []
 
@@ -322,13 +322,11 @@ async def test_a_pass_costs_the_same_with_10_or_10_000_running_executions(
     finally:
         await client.aclose()
     assert many == few
-    # The renewal (WATCH, GET, MULTI, PEXPIRE, EXEC), the workers' set and, per worker,
-    # its lease and its running count, and the queue's upkeep (one script per capability
-    # with a max_concurrency; none here): nothing per execution.
+    # The renewal (one script: the check and the extension), the workers' set and, per
+    # worker, its lease and its running count, and the queue's upkeep (one script per
+    # capability with a max_concurrency; none here): nothing per execution.
     workers = 3
-    assert few == Counter(
-        WATCH=1, GET=1, MULTI=1, PEXPIRE=1, EXEC=1, ZRANGE=1, EXISTS=workers, SCARD=workers
-    ), few
+    assert few == Counter(EVALSHA=1, ZRANGE=1, EXISTS=workers, SCARD=workers), few
 
 
 async def test_a_candidate_that_is_not_elected_costs_one_command_a_try(
@@ -363,13 +361,13 @@ async def test_the_holder_prunes_retention_about_once_a_minute(
     await finish(3)
     sweeper = Sweeper(store, cfg, "test")
     await sweeper.tick()
-    assert await engine.redis.zcard(store.keys.finished) == 1
+    assert await engine.redis.zcard(store.keys.partitions[0].finished) == 1
     await finish(2)
     await sweeper.tick()  # pruned less than a minute ago
-    assert await engine.redis.zcard(store.keys.finished) == 3
+    assert await engine.redis.zcard(store.keys.partitions[0].finished) == 3
     monkeypatch.setattr(sweeper_module, "PRUNE_EVERY_SECONDS", 0.0)
     await sweeper.tick()
-    assert await engine.redis.zcard(store.keys.finished) == 1
+    assert await engine.redis.zcard(store.keys.partitions[0].finished) == 1
     assert await Sweeper(store, cfg, "not elected").tick() is None
 
 

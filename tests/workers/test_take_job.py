@@ -23,12 +23,12 @@ WORKER = "taker"
 
 
 async def queue_of(engine: Engine) -> list[str]:
-    return [m.decode() for m in await engine.redis.zrange(engine.store.keys.queue, 0, -1)]
+    return [m.decode() for m in await engine.redis.zrange(engine.store.keys.partitions[0].queue, 0, -1)]
 
 
 async def take(engine: Engine, count: int = 10, token: str | None = None, worker: str = WORKER) -> Take:
     """A take by a worker whose lease holds (a take by a lapsed one takes nothing)."""
-    await engine.redis.set(engine.store.keys.lease(worker), 1, px=60_000)
+    await engine.redis.set(engine.store.keys.partitions[0].lease(worker), 1, px=60_000)
     return await engine.store.take(worker, count, token or engine.store.next_token())
 
 
@@ -46,9 +46,9 @@ async def test_a_due_execution_is_taken_once_off_the_queue_and_started(engine: E
         "execution.created", "execution.queued", "execution.started"
     ]
     keys = engine.store.keys
-    assert await engine.redis.smembers(keys.worker_running(WORKER)) == {snap.id.encode()}
-    assert await engine.redis.zscore(keys.running, snap.id) is not None
-    assert await engine.redis.zscore(keys.queued, snap.id) is None
+    assert await engine.redis.smembers(keys.partitions[0].worker_running(WORKER)) == {snap.id.encode()}
+    assert await engine.redis.zscore(keys.partitions[0].running, snap.id) is not None
+    assert await engine.redis.zscore(keys.partitions[0].queued, snap.id) is None
     assert (await take(engine)).taken == []
 
 
@@ -73,13 +73,13 @@ async def test_the_worker_only_input_comes_with_the_take(engine: Engine) -> None
 async def test_a_stale_entry_is_dropped_and_a_deferred_one_is_not_taken(engine: Engine) -> None:
     keys = engine.store.keys
     later = time.time() * 1000 + 60_000
-    await engine.redis.zadd(keys.queue, {"forgotten": 1000})
-    await engine.redis.zadd(keys.delayed, {"later": later})
+    await engine.redis.zadd(keys.partitions[0].queue, {"forgotten": 1000})
+    await engine.redis.zadd(keys.partitions[0].delayed, {"later": later})
     took = await take(engine)
     assert took.taken == []  # no execution behind "forgotten": dropped
     assert took.next_due_ms == pytest.approx(later)  # the worker sleeps until then
     assert await queue_of(engine) == []
-    assert await engine.redis.zrange(keys.delayed, 0, -1) == [b"later"]
+    assert await engine.redis.zrange(keys.partitions[0].delayed, 0, -1) == [b"later"]
 
 
 async def test_a_take_sent_again_answers_what_its_first_send_started(engine: Engine) -> None:
@@ -92,7 +92,7 @@ async def test_a_take_sent_again_answers_what_its_first_send_started(engine: Eng
     again = await take(engine, count=2, token=token)
     assert [t.execution_id for t in again.taken] == [t.execution_id for t in first.taken] == ids
     # Kept for far longer than a lease: a worker sends it again however long Redis was away.
-    kept_ms = await engine.redis.pttl(engine.store.keys.worker_take(WORKER))
+    kept_ms = await engine.redis.pttl(engine.store.keys.partitions[0].worker_take(WORKER))
     assert kept_ms > 3_600_000, kept_ms
     assert await queue_of(engine) == [late]
     # One ended meanwhile (the sweeper's, say): no longer this worker's, not answered again.
@@ -103,7 +103,7 @@ async def test_a_take_sent_again_answers_what_its_first_send_started(engine: Eng
 
 async def test_a_worker_whose_lease_lapsed_takes_nothing(engine: Engine) -> None:
     snap = await engine.start("tests.noop", {})
-    await engine.redis.delete(engine.store.keys.lease(WORKER))
+    await engine.redis.delete(engine.store.keys.partitions[0].lease(WORKER))
     took = await engine.store.take(WORKER, 10, engine.store.next_token())
     assert took.lapsed and took.taken == []
     assert await queue_of(engine) == [snap.id]
@@ -124,11 +124,11 @@ async def test_every_way_to_end_leaves_nothing_of_the_execution_in_the_queue(
     keys = engine.store.keys
     assert await queue_of(engine) == []
     for xid in (done.id, cancelled.id, never_ran):
-        assert await engine.redis.zscore(keys.queued, xid) is None
-        assert await engine.redis.zscore(keys.running, xid) is None
-        assert await engine.redis.zscore(keys.finished, xid) is not None
+        assert await engine.redis.zscore(keys.partitions[0].queued, xid) is None
+        assert await engine.redis.zscore(keys.partitions[0].running, xid) is None
+        assert await engine.redis.zscore(keys.partitions[0].finished, xid) is not None
     runtime = worker.ctx["majordomus"]
-    assert await engine.redis.scard(keys.worker_running(runtime.worker_id)) == 0
+    assert await engine.redis.scard(keys.partitions[0].worker_running(runtime.worker_id)) == 0
 
 
 async def test_a_new_start_is_picked_up_with_thousands_running_or_ended_ahead_of_it(
@@ -148,10 +148,10 @@ async def test_a_new_start_is_picked_up_with_thousands_running_or_ended_ahead_of
     # The other 9,900 as a bulk of running entries of that worker: the scripts' layout.
     async with redis.pipeline(transaction=False) as pipe:
         for i in range(9_900):
-            pipe.sadd(keys.worker_running(busy), f"bulk-{i}")
+            pipe.sadd(keys.partitions[0].worker_running(busy), f"bulk-{i}")
         await pipe.execute()
     assert await queue_of(engine) == []
-    await redis.set(keys.lease(busy), 1, px=60_000)  # alive: no sweep during the figures
+    await redis.set(keys.partitions[0].lease(busy), 1, px=60_000)  # alive: no sweep during the figures
     async with running_worker(redis, settings):
         loaded = [await _pickup_ms(engine) for _ in range(20)]
     empty.sort()

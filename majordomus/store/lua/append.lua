@@ -21,7 +21,7 @@
 --       delayed
 -- ARGV: id, timestamp, now_ms, retain_seconds, feed_max, worker, cancel_channel,
 --       stream_max, n, read_secret ('1': answer the worker-only input too, for a claim),
---       key prefix, wake channel, steps_max, token ('' for none),
+--       the partition's key base, wake channel, steps_max, token ('' for none),
 --       lapsed ('' for none: else a worker's lease key; nothing is appended while it exists),
 --       then n pairs (type, data JSON or '')
 -- The one table of moves (`from>to`, and `state!` for a final state) and the state each
@@ -100,7 +100,7 @@ for i = 1, n do
       if worker ~= '' then
         changed[#changed + 1] = 'worker'; changed[#changed + 1] = worker
         owner = worker
-        redis.call('SADD', prefix .. ':worker:' .. worker .. ':running', id)
+        redis.call('SADD', prefix .. 'worker:' .. worker .. ':running', id)
       end
       redis.call('ZREM', KEYS[4], id)
       redis.call('ZREM', KEYS[8], id)  -- claimed by an append, not take.lua: its entry goes too
@@ -132,11 +132,11 @@ for i = 1, n do
       end
       redis.call('ZADD', KEYS[6], now, id)
       redis.call('DEL', KEYS[7])
-      if owner then redis.call('SREM', prefix .. ':worker:' .. owner .. ':running', id) end
+      if owner then redis.call('SREM', prefix .. 'worker:' .. owner .. ':running', id) end
       if conc_limit > 0 then
         -- Free the slot and move the oldest waiting ones back into the queue (as
         -- release_slot.lua does), so a slot never waits for a worker to notice.
-        local slots = prefix .. ':conc:' .. capability
+        local slots = prefix .. 'conc:' .. capability
         local waiting = slots .. ':waiting'
         redis.call('ZREM', waiting, id)
         redis.call('ZREM', slots, id)
@@ -148,7 +148,7 @@ for i = 1, n do
           local oldest = redis.call('ZRANGE', waiting, 0, free - 1)
           for j, member in ipairs(oldest) do
             redis.call('ZREM', waiting, member)
-            local off = redis.call('HGET', prefix .. ':x:{' .. member .. '}', 'qoffset')
+            local off = redis.call('HGET', prefix .. 'x:' .. member, 'qoffset')
             redis.call('ZADD', KEYS[8], at + j - 1 - (tonumber(off or '0') or 0), member)
           end
           if #oldest > 0 then redis.call('PUBLISH', wake, 'slot') end

@@ -12,13 +12,15 @@
 -- A retry (`retry_of`) names the attempt it retries, which is told `retried_as` here too.
 --
 -- KEYS: snapshot, events, feed, idx:all, idx:queued, secret input, queue, the creation
---       counter (idx:all is scored by it, so newest-first is exact), delayed, idempotency
---       key (or '' unused), the retried attempt's snapshot (or '' unused)
+--       counter (the last place in the order of creation given here), delayed, idempotency
+--       key, the retried attempt's snapshot (either, when unused, the partition's key
+--       base ARGV[21]: a key of the same slot, which a Redis Cluster requires of every key)
 -- ARGV: id, timestamp, now_ms, feed_max, capability, title, input JSON (redacted),
 --       cancellable, actor, episode, secret JSON or '', secret ttl ms (also the
 --       idempotency key's), created data JSON, wake channel, max_concurrency (0: none),
 --       due ms (0: now), due timestamp, priority, its head start ms, fingerprint,
---       key prefix, schedule or '', retry_of or '', attempts before, idempotency key text
+--       the partition's key base, schedule or '', retry_of or '', attempts before,
+--       idempotency key text, the partition's index, the partitions
 -- Answers {ahead}, or {-2, held id, its fingerprint} for a held idempotency key.
 local snap, stream, feed = KEYS[1], KEYS[2], KEYS[3]
 local id, ts, now, feed_max = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
@@ -30,11 +32,12 @@ if was[1] then
   if tonumber(was[1]) == now and was[2] then return {tonumber(was[2])} end
   return {-1}
 end
-if KEYS[10] ~= '' then
+local unused = ARGV[21]
+if KEYS[10] ~= unused then
   local held = redis.call('GET', KEYS[10])
   if held then
     local hid, hfp = string.match(held, '^(%S+) (%S*)$')
-    if hid and redis.call('EXISTS', ARGV[21] .. ':x:{' .. hid .. '}') == 1 then
+    if hid and redis.call('EXISTS', ARGV[21] .. 'x:' .. hid) == 1 then
       return {-2, hid, hfp}
     end
   end
@@ -47,7 +50,16 @@ local qscore = at - head_ms
 -- place was created before it, so comes first); for a delayed one, as things stand now.
 local ahead = redis.call('ZCOUNT', KEYS[7], '-inf', qscore)
 if not ready then ahead = ahead + redis.call('ZCOUNT', KEYS[9], '-inf', due) end
-local order = redis.call('INCR', KEYS[8])
+-- Its place in the order of creation: epoch ms times 1024, kept rising within the
+-- partition (so newest-first is exact here) and congruent to the partition's index modulo
+-- the partitions (so no two partitions give one place): the lists of every partition
+-- merge into one, and a place is a cursor. Written with %.0f: Lua would round it to 14
+-- digits.
+local part, parts = tonumber(ARGV[26]), tonumber(ARGV[27])
+local order = math.max(now * 1024, (tonumber(redis.call('GET', KEYS[8])) or 0) + 1)
+order = order + (part - order % parts) % parts
+order = string.format('%.0f', order)
+redis.call('SET', KEYS[8], order)
 local fields = {'id', id, 'capability', ARGV[5], 'title', ARGV[6], 'input', ARGV[7],
   'cancellable', ARGV[8], 'actor', ARGV[9], 'state', 'queued', 'created_at', ts,
   'created_ms', now, 'last_seq', 2, 'attempt', ARGV[24], 'steps', '[]', 'diagnostics', '[]',
@@ -60,7 +72,7 @@ if ARGV[15] ~= '0' then field('conc_limit', ARGV[15]) end
 if not ready then field('due_ms', due); field('due_at', ARGV[17]) end
 if ARGV[22] ~= '' then field('schedule', ARGV[22]) end
 if ARGV[23] ~= '' then field('retry_of', ARGV[23]) end
-if KEYS[10] ~= '' then field('idempotency_key', ARGV[25]) end
+if KEYS[10] ~= unused then field('idempotency_key', ARGV[25]) end
 redis.call('HSET', snap, unpack(fields))
 local head = '{"schema_version":"1","event_id":"' .. id .. '#'
 local mid = '","execution_id":"' .. id .. '","sequence":'
@@ -85,8 +97,8 @@ if ready then
 else
   redis.call('ZADD', KEYS[9], due, id)
 end
-if KEYS[10] ~= '' then redis.call('SET', KEYS[10], id .. ' ' .. ARGV[20], 'PX', keep) end
-if KEYS[11] ~= '' and redis.call('EXISTS', KEYS[11]) == 1 then
+if KEYS[10] ~= unused then redis.call('SET', KEYS[10], id .. ' ' .. ARGV[20], 'PX', keep) end
+if KEYS[11] ~= unused and redis.call('EXISTS', KEYS[11]) == 1 then
   redis.call('HSET', KEYS[11], 'retried_as', id)
 end
 redis.call('PUBLISH', ARGV[14], id)

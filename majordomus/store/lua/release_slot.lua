@@ -4,7 +4,7 @@
 -- beat does that for capabilities whose slots ran out without a terminal event.
 --
 -- KEYS: the capability's slot set, its waiting list, arq queue
--- ARGV: holder execution id or '', limit, wake channel, key prefix
+-- ARGV: holder execution id or '', limit, wake channel, the partition's key base
 local slots, waiting, queue = KEYS[1], KEYS[2], KEYS[3]
 local holder, limit, wake, prefix = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local t = redis.call('TIME')
@@ -18,7 +18,7 @@ if free <= 0 then return 0 end
 local oldest = redis.call('ZRANGE', waiting, 0, free - 1)
 for i, member in ipairs(oldest) do
   redis.call('ZREM', waiting, member)
-  local off = redis.call('HGET', prefix .. ':x:{' .. member .. '}', 'qoffset')
+  local off = redis.call('HGET', prefix .. 'x:' .. member, 'qoffset')
   redis.call('ZADD', queue, now + i - 1 - (tonumber(off or '0') or 0), member)
 end
 if #oldest > 0 then redis.call('PUBLISH', wake, 'slot') end

@@ -24,7 +24,7 @@
 --
 -- KEYS: queue, idx:queued, idx:running, feed, the worker's running set, its lease, its
 --       last take, delayed
--- ARGV: count, worker, timestamp, feed_max, slot lease ms, key prefix, token, take ttl ms
+-- ARGV: count, worker, timestamp, feed_max, slot lease ms, the partition's key base, token, take ttl ms
 -- Answers {next due (epoch ms: now while ready work is left) or false, then 4 items per
 -- execution started: id, capability, worker-only input or false, its sequence}; or 'lapsed'.
 local queue, queued, running, feed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -45,7 +45,7 @@ local before = redis.call('GET', last)
 if before and string.sub(before, 1, #token + 1) == token .. ' ' then
   local out = {next_due()}
   for id in string.gmatch(string.sub(before, #token + 2), '%S+') do
-    local snap = prefix .. ':x:{' .. id .. '}'
+    local snap = prefix .. 'x:' .. id
     local cur = redis.call('HMGET', snap, 'state', 'capability', 'worker', 'last_seq')
     if (cur[1] == 'running' or cur[1] == 'cancelling') and cur[3] == worker then
       out[#out + 1] = id
@@ -61,7 +61,7 @@ if redis.call('EXISTS', lease) == 0 then return 'lapsed' end
 -- What has come due moves into the ready queue (a bounded batch; the rest next time).
 local ripe = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'WITHSCORES', 'LIMIT', 0, 256)
 for i = 1, #ripe, 2 do
-  local off = redis.call('HGET', prefix .. ':x:{' .. ripe[i] .. '}', 'qoffset')
+  local off = redis.call('HGET', prefix .. 'x:' .. ripe[i], 'qoffset')
   redis.call('ZADD', queue, tonumber(ripe[i + 1]) - (tonumber(off or '0') or 0), ripe[i])
   redis.call('ZREM', delayed, ripe[i])
 end
@@ -83,7 +83,7 @@ if #cands == count and count > 0 then
   end
 end
 for _, c in ipairs(cands) do
-  c.snap = prefix .. ':x:{' .. c.id .. '}'
+  c.snap = prefix .. 'x:' .. c.id
   c.cur = redis.call('HMGET', c.snap, 'state', 'capability', 'conc_limit', 'order',
     'last_seq', 'attempt')
   c.order = tonumber(c.cur[4] or '0') or 0
@@ -101,7 +101,7 @@ for _, c in ipairs(cands) do
   local go = cur[1] == 'queued'
   local limit = tonumber(cur[3] or '0') or 0
   if go and limit > 0 then
-    local slots = prefix .. ':conc:' .. cur[2]
+    local slots = prefix .. 'conc:' .. cur[2]
     redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
     if not redis.call('ZSCORE', slots, id) and redis.call('ZCARD', slots) >= limit then
       redis.call('ZADD', slots .. ':waiting', cur[4], id)  -- first come, first served

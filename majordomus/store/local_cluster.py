@@ -1,0 +1,224 @@
+"""A Redis Cluster on this machine: N masters, no replicas, on free loopback ports.
+
+`LocalCluster` is the launcher of the cluster tests (`tests/cluster/conftest.py`) and of
+the shards benchmark (`bench/shards.py`). It starts a cluster as an operator would: one
+`redis-server` per master with `cluster-enabled yes` (no persistence; each keeps its
+`nodes-<port>.conf` in a temporary directory, so a node stopped and started again is the
+same node with the same slots), joined by `redis-cli --cluster create` (which wants three
+masters at least: one or two are joined by hand, the slots dealt out in the same equal
+ranges), and ready once every node's `CLUSTER INFO` says `cluster_state:ok`.
+
+What it does not do: replicas, failover, moving slots, or any cluster but one of its own
+on 127.0.0.1. A machine without `redis-server` or `redis-cli` has none (`cluster_binaries`
+says so); what to do then is the caller's (the cluster tests fail, loudly).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import redis
+
+from majordomus.store.embedded import free_port
+from majordomus.store.keys import SLOTS
+
+NODE_TIMEOUT_MS = 2000
+"""`cluster-node-timeout`: how long a silent master takes to be marked failing."""
+
+READY_SECONDS = 15.0
+"""How long the cluster may take to say `cluster_state:ok` (it takes about 1.5 s); past it,
+the wait raises AssertionError with the nodes' logs."""
+
+CREATE_SECONDS = 30.0
+"""How long `redis-cli --cluster create` may take."""
+
+CLI_MIN_MASTERS = 3
+"""`redis-cli --cluster create` refuses fewer masters than this."""
+
+
+def cluster_binaries() -> tuple[str, str]:
+    """`redis-server` and `redis-cli` on PATH; RuntimeError when either is missing."""
+    server = shutil.which("redis-server")
+    cli = shutil.which("redis-cli")
+    if server is None or cli is None:
+        raise RuntimeError(
+            "a local Redis Cluster needs redis-server and redis-cli on PATH (Debian: apt-get "
+            f"install redis-server); found redis-server={server}, redis-cli={cli}"
+        )
+    return server, cli
+
+
+def slot_ranges(size: int) -> list[tuple[int, int]]:
+    """The slots of `size` masters, as `redis-cli --cluster create` deals them out: `size`
+    equal ranges, each end rounded, the last reaching the last slot."""
+    per_node = SLOTS / size
+    ranges: list[tuple[int, int]] = []
+    first = 0
+    for j in range(size):
+        last = SLOTS - 1 if j == size - 1 else max(first, round(j * per_node + per_node - 1))
+        ranges.append((first, last))
+        first = last + 1
+    return ranges
+
+
+class LocalCluster:
+    """`size` masters on `ports`, the seed URL `url`, and a way to stop and start one.
+
+    `start` then `create` brings it up, `close` kills it and removes its directory; as a
+    context manager (`with LocalCluster(*cluster_binaries(), size=3) as cluster:`) it does
+    all three."""
+
+    def __init__(self, server: str, cli: str, size: int = 3) -> None:
+        if size < 1:
+            raise ValueError(f"a cluster has one master at least, not {size}")
+        self.server = server
+        self.cli = cli
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
+        self.dir = Path(tempfile.mkdtemp(prefix="majordomus-cluster-", dir=shm))
+        self.ports = [free_port() for _ in range(size)]
+        # Each node's cluster bus on a free port too (by default port + 10000, which may be
+        # taken, or past 65535).
+        self.bus_ports = {port: free_port() for port in self.ports}
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+
+    def __enter__(self) -> LocalCluster:
+        try:
+            self.start()
+            self.create()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def url(self) -> str:
+        """The cluster's URL, every node a seed."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def ask(self, port: int, *command: Any) -> Any:
+        """One command to one node, on a plain connection (it follows no redirection)."""
+        with redis.Redis(port=port, socket_timeout=2, socket_connect_timeout=2) as node:
+            return node.execute_command(*command)
+
+    def start(self, port: int | None = None) -> None:
+        """Start every node (or the one on `port` again) and wait until it answers."""
+        for p in [port] if port is not None else self.ports:
+            self.processes[p] = subprocess.Popen(
+                [
+                    self.server, "--port", str(p), "--bind", "127.0.0.1",
+                    "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{p}.conf",
+                    "--cluster-port", str(self.bus_ports[p]),
+                    "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+                    "--save", "", "--appendonly", "no", "--dir", str(self.dir),
+                    "--logfile", str(self.dir / f"{p}.log"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+        for p in [port] if port is not None else self.ports:
+            self._until(lambda p=p: self.ask(p, "PING"), f"node {p} to answer PING")
+
+    def create(self) -> None:
+        """Join the nodes into one cluster, the slots dealt out in `size` equal ranges."""
+        if len(self.ports) >= CLI_MIN_MASTERS:
+            self._create_with_cli()
+        else:
+            self._create_by_hand()
+        self.wait_ok()
+
+    def _create_with_cli(self) -> None:
+        nodes = [f"127.0.0.1:{p}" for p in self.ports]
+        done = subprocess.run(
+            [self.cli, "--cluster", "create", *nodes, "--cluster-replicas", "0", "--cluster-yes"],
+            capture_output=True,
+            text=True,
+            timeout=CREATE_SECONDS,
+        )
+        if done.returncode != 0:
+            raise AssertionError(f"redis-cli --cluster create failed:\n{done.stdout}{done.stderr}")
+
+    def _create_by_hand(self) -> None:
+        """What `redis-cli --cluster create` does, for the one or two masters it refuses:
+        a distinct config epoch each, the slots in equal ranges, every node meeting the
+        first."""
+        for epoch, (port, (first, last)) in enumerate(
+            zip(self.ports, slot_ranges(len(self.ports)), strict=True), start=1
+        ):
+            self.ask(port, "CLUSTER", "SET-CONFIG-EPOCH", epoch)
+            self.ask(port, "CLUSTER", "ADDSLOTSRANGE", first, last)
+        seed = self.ports[0]
+        for port in self.ports[1:]:
+            self.ask(port, "CLUSTER", "MEET", "127.0.0.1", seed, self.bus_ports[seed])
+
+    def wait_ok(self) -> None:
+        """Until every node runs and says `cluster_state:ok`, knowing all the others."""
+        for p in self.ports:
+            if self.processes[p].poll() is not None:
+                self.start(p)
+        for p in self.ports:
+            self._until(lambda p=p: self._healthy(p), f"node {p} to say cluster_state:ok")
+
+    def _healthy(self, port: int) -> bool:
+        fields = self.ask(port, "CLUSTER INFO")  # parsed by redis-py into a dict
+        return fields.get("cluster_state") == "ok" and fields.get("cluster_known_nodes") == str(
+            len(self.ports)
+        )
+
+    def stop(self, port: int, sig: int = signal.SIGKILL) -> None:
+        """Stop the node on `port` (SIGKILL by default: a crash)."""
+        process = self.processes[port]
+        if process.poll() is None:
+            process.send_signal(sig)
+            process.wait(10)
+
+    def owner(self, slot: int) -> int:
+        """The port of the master that serves `slot`, as the cluster said once created
+        (nothing here moves a slot)."""
+        for start, end, port in self._slot_ranges:
+            if start <= slot <= end:
+                return port
+        raise AssertionError(f"no node serves slot {slot}")
+
+    @functools.cached_property
+    def _slot_ranges(self) -> list[tuple[int, int, int]]:
+        answer = self.ask(self.ports[0], "CLUSTER SLOTS")
+        return [(start, end, int(master[1])) for start, end, master, *_ in answer]
+
+    def close(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _until(self, check: Any, what: str) -> None:
+        deadline = time.monotonic() + READY_SECONDS
+        while True:
+            with contextlib.suppress(redis.RedisError, OSError):
+                if check():
+                    return
+            if time.monotonic() > deadline:
+                log = "".join(
+                    f"\n--- {log.name}\n" + log.read_text()[-2000:]
+                    for log in sorted(self.dir.glob("*.log"))
+                )
+                raise AssertionError(f"waited {READY_SECONDS:.0f}s for {what}{log}")
+            time.sleep(0.05)
