@@ -71,6 +71,19 @@ def slot_ranges(size: int) -> list[tuple[int, int]]:
     return ranges
 
 
+def wait_until(check: Any, what: str, timeout: float, logs: Any = None) -> None:
+    """Until `check()` answers truthily (a Redis error or a refused connection counts as not
+    yet), or an AssertionError naming `what` after `timeout` seconds, with `logs()` if given."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(redis.RedisError, OSError):
+            if check():
+                return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout:.0f}s for {what}{logs() if logs else ''}")
+        time.sleep(0.05)
+
+
 class LocalCluster:
     """`size` masters on `ports`, the seed URL `url`, and a way to stop and start one.
 
@@ -210,15 +223,10 @@ class LocalCluster:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _until(self, check: Any, what: str) -> None:
-        deadline = time.monotonic() + READY_SECONDS
-        while True:
-            with contextlib.suppress(redis.RedisError, OSError):
-                if check():
-                    return
-            if time.monotonic() > deadline:
-                log = "".join(
-                    f"\n--- {log.name}\n" + log.read_text()[-2000:]
-                    for log in sorted(self.dir.glob("*.log"))
-                )
-                raise AssertionError(f"waited {READY_SECONDS:.0f}s for {what}{log}")
-            time.sleep(0.05)
+        wait_until(check, what, READY_SECONDS, self.logs)
+
+    def logs(self) -> str:
+        """The tail of every server's log (what a failed wait shows)."""
+        return "".join(
+            f"\n--- {log.name}\n" + log.read_text()[-2000:] for log in sorted(self.dir.glob("*.log"))
+        )

@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ import pytest
 import redis
 
 from majordomus.store.embedded import _dies_with_its_parent, free_port
+from majordomus.store.local_cluster import wait_until
 
 SERVICE = "mymaster"
 PASSWORD = "master-pw"
@@ -154,14 +154,7 @@ class LocalSentinels:
         return state["num-slaves"] == "1" and state["num-other-sentinels"] == "2"
 
     def _until(self, check: Any, what: str) -> None:
-        deadline = time.monotonic() + READY_SECONDS
-        while True:
-            with contextlib.suppress(redis.RedisError, OSError):
-                if check():
-                    return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"waited {READY_SECONDS:.0f}s for {what}{self.logs()}")
-            time.sleep(0.05)
+        wait_until(check, what, READY_SECONDS, self.logs)
 
 
 def _server_binary() -> str:
