@@ -19,6 +19,7 @@ processes of Redis; printing where they are is the launcher's.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.util
 import logging
@@ -146,6 +147,16 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free loopback ports. Each socket is held until all are chosen: one
+    `free_port()` after another may hand out the same port twice, once it is released."""
+    with contextlib.ExitStack() as held:
+        sockets = [held.enter_context(socket.socket()) for _ in range(count)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in sockets]
 
 
 def _dies_with_its_parent() -> Callable[[], None] | None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import redis
 
-from majordomus.store.embedded import free_port
+from majordomus.store.embedded import free_ports
 from majordomus.store.keys import SLOTS
 
 NODE_TIMEOUT_MS = 2000
@@ -41,6 +41,9 @@ the wait raises AssertionError with the nodes' logs."""
 
 CREATE_SECONDS = 30.0
 """How long `redis-cli --cluster create` may take."""
+
+BIND_ATTEMPTS = 3
+"""How many sets of ports a node may try at the first start."""
 
 CLI_MIN_MASTERS = 3
 """`redis-cli --cluster create` refuses fewer masters than this."""
@@ -98,10 +101,11 @@ class LocalCluster:
         self.cli = cli
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
         self.dir = Path(tempfile.mkdtemp(prefix="majordomus-cluster-", dir=shm))
-        self.ports = [free_port() for _ in range(size)]
         # Each node's cluster bus on a free port too (by default port + 10000, which may be
-        # taken, or past 65535).
-        self.bus_ports = {port: free_port() for port in self.ports}
+        # taken, or past 65535); all of them distinct, or a bus takes another node's port.
+        chosen = free_ports(2 * size)
+        self.ports = chosen[:size]
+        self.bus_ports = dict(zip(self.ports, chosen[size:], strict=True))
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     def __enter__(self) -> LocalCluster:
@@ -132,22 +136,56 @@ class LocalCluster:
             return node.execute_command(*command)
 
     def start(self, port: int | None = None) -> None:
-        """Start every node (or the one on `port` again) and wait until it answers."""
-        for p in [port] if port is not None else self.ports:
-            self.processes[p] = subprocess.Popen(
-                [
-                    self.server, "--port", str(p), "--bind", "127.0.0.1",
-                    "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{p}.conf",
-                    "--cluster-port", str(self.bus_ports[p]),
-                    "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
-                    "--save", "", "--appendonly", "no", "--dir", str(self.dir),
-                    "--logfile", str(self.dir / f"{p}.log"),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )  # fmt: skip
-        for p in [port] if port is not None else self.ports:
-            self._until(lambda p=p: self.ask(p, "PING"), f"node {p} to answer PING")
+        """Start every node (or the one on `port` again) and wait until it answers.
+
+        A port chosen free may be taken before its node binds it (an outgoing connection's
+        ephemeral port, another suite's server): at the first start, such a node moves to
+        other free ports, up to `BIND_ATTEMPTS` times."""
+        if port is not None:
+            self._spawn(port)
+            self._until(lambda: self.ask(port, "PING"), f"node {port} to answer PING")
+            return
+        for p in self.ports:
+            self._spawn(p)
+        for index in range(len(self.ports)):
+            for attempt in range(BIND_ATTEMPTS):
+                p = self.ports[index]
+                self._until(
+                    lambda p=p: self.processes[p].poll() is not None or self.ask(p, "PING"),
+                    f"node {p} to answer PING",
+                )
+                if self.processes[p].poll() is None:
+                    break
+                if attempt == BIND_ATTEMPTS - 1:
+                    raise AssertionError(f"node {p} would not start{self.logs()}")
+                self._move(index)
+
+    def _move(self, index: int) -> None:
+        """The node at `index` (which exited) on new free ports."""
+        old = self.ports[index]
+        del self.processes[old]
+        del self.bus_ports[old]
+        with contextlib.suppress(OSError):
+            (self.dir / f"{old}.log").rename(self.dir / f"{old}.failed")
+        taken = {*self.ports, *self.bus_ports.values()}
+        new, bus = [p for p in free_ports(8) if p not in taken][:2]
+        self.ports[index] = new
+        self.bus_ports[new] = bus
+        self._spawn(new)
+
+    def _spawn(self, p: int) -> None:
+        self.processes[p] = subprocess.Popen(
+            [
+                self.server, "--port", str(p), "--bind", "127.0.0.1",
+                "--cluster-enabled", "yes", "--cluster-config-file", f"nodes-{p}.conf",
+                "--cluster-port", str(self.bus_ports[p]),
+                "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
+                "--save", "", "--appendonly", "no", "--dir", str(self.dir),
+                "--logfile", str(self.dir / f"{p}.log"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
 
     def create(self) -> None:
         """Join the nodes into one cluster, the slots dealt out in `size` equal ranges."""

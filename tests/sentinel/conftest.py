@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 import redis
 
-from majordomus.store.embedded import _dies_with_its_parent, free_port
+from majordomus.store.embedded import _dies_with_its_parent, free_ports
 from majordomus.store.local_cluster import wait_until
 
 SERVICE = "mymaster"
@@ -54,8 +54,9 @@ class LocalSentinels:
         self.server = server
         shm = "/dev/shm" if os.path.isdir("/dev/shm") else None
         self.dir = Path(tempfile.mkdtemp(prefix="majordomus-sentinel-", dir=shm))
-        self.server_ports = [free_port(), free_port()]
-        self.sentinel_ports = [free_port() for _ in range(3)]
+        ports = free_ports(5)
+        self.server_ports = ports[:2]
+        self.sentinel_ports = ports[2:]
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
 
     @property
