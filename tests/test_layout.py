@@ -152,7 +152,7 @@ def test_every_module_says_what_it_is_for() -> None:
 
 
 def test_every_package_folder_is_a_package() -> None:
-    """A plain `pip install .` (the Docker image) ships only folders with an `__init__.py`."""
+    """A plain `pip install .` (as the Docker image does, with `fast`) ships only folders with an `__init__.py`."""
     folders = {p.parent for p in _modules()}
     assert sorted(_rel(f) for f in folders if not (f / "__init__.py").exists()) == []
 
