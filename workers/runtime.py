@@ -89,6 +89,9 @@ class WorkerRuntime:
         self.started_at = now_stamp()[0]
         self.running: dict[str, Running] = {}
         self.wake = asyncio.Event()
+        self.woken_by: str | None = None
+        """The execution the last wake-up named (its partition has work): the next take
+        visits that partition first (`take_hint`)."""
         self.accepting = True
         self._tasks: list[asyncio.Task[None]] = []
         self._forgotten: list[str] = []
@@ -140,6 +143,7 @@ class WorkerRuntime:
                     if signal.kind == "cancel":
                         self._on_cancel(signal.execution_id)
                     else:
+                        self.woken_by = signal.execution_id
                         self.wake.set()
             except Exception as exc:  # noqa: BLE001  back off, then listen again
                 failures.failed(exc)
@@ -147,6 +151,11 @@ class WorkerRuntime:
             finally:
                 if signals is not None:
                     await signals.aclose()
+
+    def take_hint(self) -> str | None:
+        """The execution the last wake-up named, once (None when none did since)."""
+        hint, self.woken_by = self.woken_by, None
+        return hint
 
     def _on_cancel(self, execution_id: str, by: str = "user") -> None:
         run = self.running.get(execution_id)

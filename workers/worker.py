@@ -42,6 +42,9 @@ class MajordomusWorker(Worker):
     runtime: WorkerRuntime | None = None
     _take_token: str | None = None
     """The token of a take not yet answered (sent again by the next poll)."""
+    _take_first: str | None = None
+    """Where that take started (`runtime.take_hint()`): a take sent again starts there too,
+    so it visits the partitions the first send may have taken from, in the same order."""
     _next_due_ms: float | None = None
     """When the queue's first entry is due, as the last take saw it."""
 
@@ -115,7 +118,10 @@ class MajordomusWorker(Worker):
             free = self.max_jobs - self.job_counter
             if self._take_token is None:
                 self._take_token = runtime.store.next_token()
-            take = await runtime.store.take(runtime.worker_id, free, self._take_token)
+                self._take_first = runtime.take_hint()
+            take = await runtime.store.take(
+                runtime.worker_id, free, self._take_token, first=self._take_first
+            )
             self._take_token = None
             if take.lapsed:  # beat (the lease is in doubt), then take again at once
                 runtime.beat_ok_at = None

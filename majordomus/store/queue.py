@@ -12,6 +12,8 @@ does.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -62,19 +64,29 @@ class QueueStore(StoreBase):
         self._take = self.script("take.lua")
         self._turn = 0
 
-    async def take(self, worker: str, count: int, token: str) -> Take:
+    async def take(
+        self, worker: str, count: int, token: str, first: str | None = None
+    ) -> Take:
         """Take up to `count` due executions off the queue and start them on `worker`
         (`take.lua`): one trip per partition visited, starting from the next partition in
         turn and going on while there is room, so every partition is served alike.
         `token` (from `next_token`) makes the call safe to send again: a take whose answer
         was lost, sent with the same token, answers the executions its first send started
         (each partition keeps its last take), so pass the same token until a take answers;
-        the turn moves on only when one did."""
+        the turn moves on only when one did.
+
+        `first`, an execution a wake-up named, has the take visit its partition alone
+        (where work is known to be), so an idle worker of N partitions starts new work
+        after one trip, not N; its answer says work is due now (`next_due_ms`) when there
+        was room left, so the worker takes again at once, from every partition."""
         parts = self.keys.partitions
-        start = self._turn % len(parts)
+        start, visits = self._turn % len(parts), len(parts)
+        if first is not None and len(parts) > 1:
+            with contextlib.suppress(ValueError):  # not an id (a wake of an older release)
+                start, visits = parts.index(self.keys.partition_of(first)), 1
         taken: list[Taken] = []
         heads: list[float] = []
-        for step in range(len(parts)):
+        for step in range(visits):
             part = parts[(start + step) % len(parts)]
             one = await self._take_from(part, worker, count - len(taken), token)
             if one.lapsed:
@@ -85,6 +97,8 @@ class QueueStore(StoreBase):
             if len(taken) >= count:
                 break
         self._turn = start + 1
+        if visits < len(parts) and len(taken) < count:
+            heads.append(time.time() * 1000)  # the other partitions are yet to be seen
         return Take(taken, min(heads) if heads else None)
 
     async def _take_from(self, part: Partition, worker: str, count: int, token: str) -> Take:

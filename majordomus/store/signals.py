@@ -39,7 +39,8 @@ _PING = b"majordomus-signals"
 
 @dataclass(frozen=True)
 class Signal:
-    """A wake-up (there may be work), or a cancel of `execution_id`."""
+    """A wake-up (there may be work: `execution_id` was queued, so its partition has some),
+    or a cancel of `execution_id`."""
 
     kind: Literal["wake", "cancel"]
     execution_id: str = ""
@@ -77,9 +78,7 @@ class SignalStore(StoreBase):
                     await pubsub.ping(_PING)
                 if message is None or message.get("type") != "message":
                     continue
-                if message["channel"] == cancel:
-                    yield Signal("cancel", message["data"].decode())
-                else:
-                    yield Signal("wake")
+                kind: Literal["wake", "cancel"] = "cancel" if message["channel"] == cancel else "wake"
+                yield Signal(kind, message["data"].decode())
         finally:
             await pubsub.aclose()

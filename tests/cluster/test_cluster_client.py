@@ -263,7 +263,7 @@ async def test_the_workers_signals_arrive_from_every_master(
             tag = tag_on(cluster, port, "signal")
             await publish(keys=[f"{tag}:x"], args=[channel, f"x-{port}"])
             wake = channel == store.keys.wake_channel
-            sent.append(Signal("wake") if wake else Signal("cancel", f"x-{port}"))
+            sent.append(Signal("wake" if wake else "cancel", f"x-{port}"))
         async with asyncio.timeout(5):
             heard = [await anext(signals) for _ in sent]
         assert sorted(heard, key=repr) == sorted(sent, key=repr)  # shards race each other

@@ -293,6 +293,19 @@ class Scenario:
         """Each child's proxy, by pid."""
         self.unsettled: list[str] = []
         """Waits that timed out without failing the test at once (`check` reports them)."""
+        self.partitions = 1
+        """`MAJORDOMUS_PARTITIONS` of every process (`partitioned`)."""
+
+    def partitioned(self, partitions: int) -> None:
+        """Run the scenario on `partitions` partitions (before any process starts): its
+        children and its own engine alike."""
+        assert not self.children, "partition the scenario before starting its processes"
+        self.partitions = partitions
+        self.engine = Engine(
+            self.engine.redis,
+            REGISTRY,
+            make_settings(self.redis.url, lease_seconds=LEASE_SECONDS, partitions=partitions),
+        )
 
     # -- processes ------------------------------------------------------------------
 
@@ -304,7 +317,9 @@ class Scenario:
     def worker(self, max_jobs: int = 50, **env: str) -> Child:
         """A worker process on a proxy of its own (ready: `await ready()`)."""
         p = self.proxy(name="worker-proxy")
-        environ = child_env(p.url, MAJORDOMUS_MAX_JOBS=str(max_jobs), **env)
+        environ = child_env(
+            p.url, MAJORDOMUS_MAX_JOBS=str(max_jobs), MAJORDOMUS_PARTITIONS=str(self.partitions), **env
+        )
         child = Child("worker", ["worker", "--max-jobs", str(max_jobs)], environ, self.log_dir)
         self.children.append(child)
         self.proxy_of[child.pid] = p
@@ -313,7 +328,9 @@ class Scenario:
     def api(self, **env: str) -> ApiChild:
         """An API process on a proxy of its own (ready: `await ready()`)."""
         p = self.proxy(name="api-proxy")
-        child = ApiChild(child_env(p.url, **env), self.log_dir)
+        child = ApiChild(
+            child_env(p.url, MAJORDOMUS_PARTITIONS=str(self.partitions), **env), self.log_dir
+        )
         self.children.append(child)
         self.proxy_of[child.pid] = p
         return child

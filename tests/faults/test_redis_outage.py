@@ -65,10 +65,17 @@ async def load(scenario: Scenario, count: int, **inp: float) -> list[str]:
     return ids
 
 
-@pytest.mark.parametrize("cut_seconds", [0.5, 3.0, 14.0])
+@pytest.mark.parametrize(
+    ("cut_seconds", "partitions"),
+    [(0.5, 1), (3.0, 3), (14.0, 1)],
+    ids=["0.5s", "3s-3-partitions", "14s"],
+)
 async def test_a_redis_cut_under_load_loses_nothing_and_no_process_exits(
-    scenario: Scenario, cut_seconds: float
+    scenario: Scenario, cut_seconds: float, partitions: int
 ) -> None:
+    # On three partitions too: takes, beats, the sweep and the live feed each go to every
+    # partition, and a take's answer lost in the cut is sent again to its own partition.
+    scenario.partitioned(partitions)
     scenario.worker(max_jobs=100)
     scenario.worker(max_jobs=100)
     scenario.api()

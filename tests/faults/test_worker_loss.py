@@ -57,6 +57,8 @@ async def assert_lost_in_time(
 async def test_a_killed_workers_executions_fail_unavailable_in_time_and_never_rerun(
     scenario: Scenario,
 ) -> None:
+    # On three partitions: the sweeper finds the dead worker's executions in every one.
+    scenario.partitioned(3)
     scenario.worker(max_jobs=50)
     scenario.worker(max_jobs=50)
     await scenario.ready()

@@ -181,3 +181,28 @@ async def _state(engine: Engine, execution_id: str, state: str) -> bool:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+async def test_a_take_woken_by_a_start_visits_its_partition_alone_then_says_look_again(
+    redis: Any, parted: tuple[Engine, SlotSpy]
+) -> None:
+    engine, spy = parted
+    store, keys = engine.store, engine.store.keys
+    for part in keys.partitions:  # a worker whose lease holds, in every partition
+        await redis.set(part.lease("w"), 1, px=60_000)
+    started = [await engine.start("tests.noop", {}) for _ in range(12)]
+    woken = started[-1]
+    home = keys.partition_of(woken.id)
+    before = len(spy.calls)
+    take = await store.take("w", 1, store.next_token(), first=woken.id)
+    assert len(spy.calls) - before == 1, "one trip, to the woken execution's partition"
+    [one] = take.taken
+    assert keys.partition_of(one.execution_id) is home
+    # The room it did not fill: take again at once, from every partition in turn.
+    take = await store.take("w", 20, store.next_token(), first=woken.id)
+    assert take.next_due_ms is not None and take.next_due_ms <= time.time() * 1000
+    rest = await store.take("w", 20, store.next_token())
+    assert {t.execution_id for t in (one, *take.taken, *rest.taken)} == {s.id for s in started}
+    # A wake that names no execution (an older release's) takes as a plain poll.
+    assert (await store.take("w", 5, store.next_token(), first="slot")).taken == []
+    assert spy.crossing() == []

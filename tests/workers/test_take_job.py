@@ -251,19 +251,23 @@ async def test_a_slot_freed_moves_the_oldest_waiting_execution_into_the_queue(
 async def test_a_take_cut_short_by_redis_keeps_the_slots_and_its_token(worker: Any) -> None:
     runtime = worker.ctx["majordomus"]
     free = worker.job_counter
-    tokens: list[str] = []
+    tokens: list[tuple[str, str | None]] = []
 
-    async def away(worker_id: str, count: int, token: str) -> None:
-        tokens.append(token)
+    async def away(worker_id: str, count: int, token: str, first: str | None = None) -> None:
+        tokens.append((token, first))
         raise ConnectionError("Redis went away")
 
     runtime.store.take = away
+    runtime.woken_by = "x-20261203T000000Z-0000000a"  # the wake-up the first send followed
     try:
         for _ in range(2):
             with pytest.raises(ConnectionError):
                 await worker._poll_iteration()
+            runtime.woken_by = "x-20261203T000000Z-0000000b"  # another, before the second
     finally:
         del runtime.store.take
     assert worker.job_counter == free
-    # The next poll sends the lost take again: its answer, if it was carried out, comes back.
-    assert len(tokens) == 2 and tokens[0] == tokens[1]
+    # The next poll sends the lost take again, where it went first (its partitions, in the
+    # same order): its answer, if it was carried out, comes back.
+    assert len(tokens) == 2 and tokens[0] == tokens[1], tokens
+    assert tokens[0][1] == "x-20261203T000000Z-0000000a"

@@ -151,7 +151,7 @@ for i = 1, n do
             local off = redis.call('HGET', prefix .. 'x:' .. member, 'qoffset')
             redis.call('ZADD', KEYS[8], at + j - 1 - (tonumber(off or '0') or 0), member)
           end
-          if #oldest > 0 then redis.call('PUBLISH', wake, 'slot') end
+          if #oldest > 0 then redis.call('PUBLISH', wake, oldest[1]) end
         end
       end
     end
