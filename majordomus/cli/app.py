@@ -1,12 +1,13 @@
 """The typer app of `majordomus` and its entry point.
 
 The process commands (`worker`, `dev`, `serve`, `mcp`) are mounted from `processes` when
-this module is imported; `main` mounts the generated ones from `commands` (one per
-capability, plus `run`, `follow`, `queue` and `workers`) and runs the app. An import error
-there fails with its cause rather than quietly dropping the commands. Neither the API nor
-the worker side is imported here, so `majordomus --help` stays fast; `main` runs a command
-with the collector off while it starts (`startup`), back on once a process command is
-chosen, which serves for as long as it runs.
+this module is imported; `main` mounts the capabilities' ones (`tree`: one per capability,
+plus `run`, `follow`, `queue` and `workers`, each made from `commands` when first used)
+and runs the app. An import error there fails with its cause rather than quietly dropping
+the commands. Neither the API nor the worker side is imported here, so `majordomus --help`
+stays fast; `main` runs a command with the collector off while it starts (`startup`), back
+on once a process command is chosen, which serves for as long as it runs, and with the
+Redis client importing PyJWT only on use (`startup.import_on_use`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import typer
 
 from majordomus.cli import processes
-from majordomus.cli.startup import PlainGroup, collecting, ending, starting
+from majordomus.cli.startup import PlainGroup, collecting, ending, import_on_use, starting
 
 PROCESS_NAMES = frozenset(command.__name__ for command in processes.PROCESS_COMMANDS)
 
@@ -42,8 +43,9 @@ processes.register(app)
 
 def main() -> None:
     starting()
+    import_on_use()
     try:
-        from majordomus.cli.commands import register
+        from majordomus.cli.tree import register
 
         register(app)
         app()

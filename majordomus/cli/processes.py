@@ -10,13 +10,15 @@ Nothing here draws an answer or runs a capability: that is `commands.py`.
 
 from __future__ import annotations
 
-import logging
-import socket
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import typer
 
 from majordomus.config import settings
+
+if TYPE_CHECKING:
+    import socket
 
 
 def _require_redis() -> None:
@@ -37,6 +39,8 @@ def _sentence(text: str) -> str:
 
 
 def _logging() -> None:
+    import logging
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 
@@ -49,6 +53,8 @@ def _listening(host: str, port: int) -> socket.socket:
     its MCP server: seconds of a start): a client that connects while the API starts, or
     restarts (an EventSource reconnecting), is queued and answered once it is up instead
     of refused. A port that cannot be bound stops the process with one line."""
+    import socket
+
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -72,6 +78,8 @@ def _serve_worker_metrics(host: str) -> None:
     port = settings().metrics_port
     if port is None:
         return
+    import logging
+
     from majordomus.metrics import serve_metrics
 
     try:
@@ -90,6 +98,7 @@ def _worker_loop() -> None:
     """Set the worker's event loop (uvloop where installed, `majordomus.event_loop`) before
     arq's `Worker` takes the current one, and say which it is."""
     import asyncio
+    import logging
 
     from majordomus.event_loop import choose
 

@@ -21,7 +21,6 @@ from msgspec import UNSET, UnsetType
 from rich.console import Console, Group, RenderableType
 from rich.json import JSON
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 
 from majordomus.builtins.capabilities import CapabilityList, CapabilityView
@@ -66,6 +65,7 @@ from majordomus.reports import (
 
 if TYPE_CHECKING:
     from rich.progress import Progress
+    from rich.table import Table
 
 STATE_STYLE = {
     "queued": "yellow",
@@ -126,6 +126,8 @@ def add_row(table: Table, *cells: str | Text) -> None:
 
 def key_values(rows: list[tuple[str, Any]]) -> Table:
     """Two columns, a name and its value; rows without a value are left out."""
+    from rich.table import Table
+
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
@@ -156,7 +158,10 @@ def table(
     rows: Iterable[Row],
     caption: str | None = None,
 ) -> Table:
-    """Every table the CLI draws: a title on the left, named columns, plain-text rows."""
+    """Every table the CLI draws: a title on the left, named columns, plain-text rows (rich's
+    tables imported when one is drawn: following an execution draws none)."""
+    from rich.table import Table
+
     drawn = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
     for column in columns:
         name, layout = (column, KEEP) if isinstance(column, str) else column

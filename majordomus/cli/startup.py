@@ -1,4 +1,5 @@
-"""What keeps a command's start-up short: typer without pydantic, lean help, no collector.
+"""What keeps a command's start-up short: typer without pydantic, lean help, no collector,
+Redis without PyJWT.
 
 A one-step `majordomus run` is over in well under a second, most of it start-up, and
 `majordomus --help` is start-up alone; these costs of it are not the command's own work,
@@ -18,6 +19,12 @@ and this module removes them.
   `majordomus --help` take a quarter to a half longer. `rich_help_formatter` imports it with stand-ins for those two
   names, each importing its real module the first time it is used, so the help is drawn
   by typer's own code, exactly as ever, without loading what it does not draw with.
+- redis-py's `redis.auth.token`, imported with the client, imports PyJWT at its top, and
+  with it cryptography's X.509 and key classes: a third of what importing redis costs, for
+  the token-based re-authentication of Entra ID and the like, which no command uses unless
+  its Redis asks for it. `import_on_use` has that module run with a stand-in for PyJWT,
+  which imports the real one the first time the module uses it (`IMPORTED_ON_USE`); no
+  other module ever sees the stand-in.
 - Start-up makes some fifty thousand objects that live until the process ends (modules,
   classes, the registry); the cyclic collector examines them again and again while they
   are made, and once more, all of them, as the interpreter shuts down. `starting` turns
@@ -196,6 +203,93 @@ def _stand_in_module(module: str, name: str) -> types.ModuleType:
     stand_in = types.ModuleType(module, f"Stands in for {module} until {name} is used.")
     setattr(stand_in, name, Later(name, (), {"__new__": make, "__module__": module}))
     return stand_in
+
+
+IMPORTED_ON_USE = {"redis.auth.token": ("jwt",)}
+"""Modules that a library the CLI uses imports at its top with a bare `import` but needs only
+for work no command of the CLI does, by the module importing them: redis-py's
+`redis.auth.token` imports PyJWT (and through it cryptography's X.509 and key classes), a
+third of what importing redis costs, for the token-based re-authentication of Entra ID and
+the like, which it reaches as `jwt.decode(...)` when it re-authenticates."""
+
+
+class _ImportedOnUse(types.ModuleType):
+    """Stands in for a module (in the one module that imports it, `IMPORTED_ON_USE`) until
+    one of its attributes is asked for: then the real module is imported and answers it."""
+
+    def __getattr__(self, attribute: str) -> Any:
+        name = self.__name__
+        if sys.modules.get(name) is self:
+            del sys.modules[name]
+        return getattr(importlib.import_module(name), attribute)
+
+
+class _StandInsWhileImporting:
+    """A finder for the modules of `IMPORTED_ON_USE`, each found as the rest of
+    `sys.meta_path` finds it and run by its own loader, with a stand-in for each module it
+    imports on use in `sys.modules` while it runs, gone once it has run (the module's spec
+    and loader are then its own again): nothing else ever sees a stand-in. Off once each
+    of them was imported."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        on_use = IMPORTED_ON_USE.get(name)
+        if on_use is None:
+            return None
+        spec = None
+        for finder in sys.meta_path:
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
+        if all(module in sys.modules for module in IMPORTED_ON_USE if module != name):
+            _stop_finding()
+        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _StandInsLoader(spec.loader, on_use)  # type: ignore[assignment]
+        return spec
+
+
+class _StandInsLoader:
+    """A module's own loader, running it with stand-ins for `on_use`; anything else asked of
+    it (the source, for a traceback) is the module's own loader's."""
+
+    def __init__(self, loader: Any, on_use: tuple[str, ...]) -> None:
+        self.loader = loader
+        self.on_use = on_use
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self.loader, attribute)
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        stand_ins: dict[str, types.ModuleType] = {
+            name: _ImportedOnUse(name) for name in self.on_use if name not in sys.modules
+        }
+        sys.modules.update(stand_ins)
+        try:
+            self.loader.exec_module(module)
+        finally:
+            _drop(stand_ins)
+            if module.__spec__ is not None:
+                module.__spec__.loader = self.loader
+            module.__loader__ = self.loader
+
+
+_FINDER = _StandInsWhileImporting()
+
+
+def _stop_finding() -> None:
+    if _FINDER in sys.meta_path:
+        sys.meta_path.remove(_FINDER)
+
+
+def import_on_use() -> None:
+    """From now on, the modules of `IMPORTED_ON_USE` import what they import on use (once
+    each, when they are first imported): a command that never uses PyJWT never loads it,
+    one that does gets the real module, from its first use on."""
+    if _FINDER not in sys.meta_path and any(m not in sys.modules for m in IMPORTED_ON_USE):
+        sys.meta_path.insert(0, _FINDER)
 
 
 _turned_off = False
