@@ -4,7 +4,10 @@ arq finds work by polling its queue every `poll_delay`. `MajordomusWorker` keeps
 loop, its counters, health record and signal handling, and replaces the wait between
 polls: it sleeps until a wake-up signal (published by every start, and set when a slot
 frees), the next deferred job is due, or the long-poll fallback passes. So a start is
-picked up within milliseconds and an idle worker makes one small query a second. SIGTERM
+picked up within milliseconds and an idle worker makes one small query a second.
+On one Redis with one partition an idle worker waits in Redis instead: a blocking pop of the
+wake-up list with its take behind it in the same write (`QueueStore.take_blocking`), so a
+start reaches it already taken, in one message rather than a signal and then a take. SIGTERM
 stops taking work, lets running executions finish for `MAJORDOMUS_SHUTDOWN_GRACE`, then
 cancels them (`by: "server"`).
 
@@ -22,6 +25,7 @@ its timeout, per-job hooks), so this is a handful of lines, not a copy.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 import time
@@ -31,7 +35,7 @@ from arq.connections import create_pool
 from arq.worker import Worker
 
 from majordomus.loops import Failures, within
-from majordomus.store.queue import Taken
+from majordomus.store.queue import BLOCK_MAX_SECONDS, Take, Taken
 from workers.runtime import WorkerRuntime
 from workers.settings import MAJORDOMUS_WORKER
 
@@ -47,6 +51,13 @@ class MajordomusWorker(Worker):
     so it visits the partitions the first send may have taken from, in the same order."""
     _next_due_ms: float | None = None
     """When the queue's first entry is due, as the last take saw it."""
+    _became_idle = False
+    """The last running execution ended, with no due work left behind: the poll loop goes
+    on to wait in Redis (a start meanwhile left a wake-up there, so none is missed)."""
+    _block: float | None = None
+    """How long this poll's take may wait in Redis (`_block_for`), None for a plain take."""
+    _not_blocking: asyncio.Event | None = None
+    """Set while no blocking take is waiting (`_stop_gracefully` waits for it)."""
 
     async def main(self) -> None:
         if self._pool is None:
@@ -68,11 +79,15 @@ class MajordomusWorker(Worker):
         # never ends the process: it is said once, and polling resumes, backing off, as
         # soon as Redis answers; the listener's resubscription wakes it at once.
         failures = Failures(log, "the worker's poll loop")
+        self._not_blocking = asyncio.Event()
+        self._not_blocking.set()
+        block: float | None = None
         while True:
             runtime.wake.clear()
             try:
                 if runtime.lease_in_doubt:  # back from an outage: renew before taking work
                     await runtime.beat()
+                self._block = block
                 await self._poll_iteration()
                 if (
                     self.burst
@@ -81,12 +96,35 @@ class MajordomusWorker(Worker):
                 ):
                     return
                 timeout = self._next_wait(runtime.settings.poll_seconds)
+                block = self._block_for(timeout)
             except Exception as exc:  # noqa: BLE001
                 failures.failed(exc)
-                timeout = failures.backoff()
+                timeout, block = failures.backoff(), None
             else:
                 failures.recovered()
-            await within(timeout, runtime.wake.wait())
+            if block is None:  # else the next poll's take waits, in Redis
+                await within(timeout, runtime.wake.wait())
+                if self._became_idle:  # its last execution ended: wait in Redis from now
+                    self._became_idle = False
+                    block = self._block_for(self._next_wait(runtime.settings.poll_seconds))
+
+    def _block_for(self, timeout: float) -> float | None:
+        """How long the next poll's take may wait in Redis for a start (`take_blocking`),
+        or None for a plain take after waiting here: an idle worker (nothing running,
+        nothing unanswered, its lease sure, not stopping, not in burst mode) waits there,
+        so a start reaches it with no round trip between the wake-up and the take."""
+        runtime = self._runtime()
+        if (
+            timeout <= 0
+            or self.job_counter
+            or not self.allow_pick_jobs
+            or self.burst
+            or self._take_token is not None
+            or runtime.lease_in_doubt
+            or not runtime.store.can_block
+        ):
+            return None
+        return timeout
 
     def _next_wait(self, fallback: float) -> float:
         """Until the queue's next entry is due (as the take saw it), or the fallback; none
@@ -109,19 +147,25 @@ class MajordomusWorker(Worker):
         take whose answer was lost (Redis away in between) is sent again with its token by
         the next poll, which answers the executions it started, so none is stranded
         `running` with nobody running it. A worker whose lease lapsed takes nothing and
-        beats first. Then arq's own bookkeeping: finished tasks are dropped, and its health
-        record is written when due."""
+        beats first. With `_block` (`_block_for`), the take waits in Redis for that long for a
+        start and takes it (`take_blocking`). Then arq's own bookkeeping: finished tasks are
+        dropped, and its health record is written when due."""
         runtime = self._runtime()
         # Woken while full: work may be waiting, so the next slot freed polls again.
         self._next_due_ms = 0.0
         if self.allow_pick_jobs and self.job_counter < self.max_jobs:
             free = self.max_jobs - self.job_counter
+            block = self._block
+            blocking = block is not None and self._take_token is None
             if self._take_token is None:
                 self._take_token = runtime.store.next_token()
                 self._take_first = runtime.take_hint()
-            take = await runtime.store.take(
-                runtime.worker_id, free, self._take_token, first=self._take_first
-            )
+            if blocking and block is not None:
+                take = await self._take_blocking(self._take_token, block)
+            else:
+                take = await runtime.store.take(
+                    runtime.worker_id, free, self._take_token, first=self._take_first
+                )
             self._take_token = None
             if take.lapsed:  # beat (the lease is in doubt), then take again at once
                 runtime.beat_ok_at = None
@@ -135,6 +179,15 @@ class MajordomusWorker(Worker):
                 del self.tasks[job_id]
                 t.result()
         await self.heart_beat()
+
+    async def _take_blocking(self, token: str, seconds: float) -> Take:
+        runtime = self._runtime()
+        assert self._not_blocking is not None
+        self._not_blocking.clear()
+        try:
+            return await runtime.store.take_blocking(runtime.worker_id, token, seconds)
+        finally:
+            self._not_blocking.set()
 
     def _start(self, taken: Taken) -> None:
         """Run a taken execution in a task of its own, holding one of the worker's slots."""
@@ -189,7 +242,12 @@ class MajordomusWorker(Worker):
         an idle queue costs no empty take per finished execution."""
         self.job_counter -= 1
         due = self._next_due_ms
-        if self.runtime is not None and due is not None and due <= time.time() * 1000:
+        if self.runtime is None:
+            return
+        if due is not None and due <= time.time() * 1000:
+            self.runtime.wake.set()
+        elif not self.job_counter and self.runtime.store.can_block:
+            self._became_idle = True
             self.runtime.wake.set()
 
     def handle_sig(self, signum: Any) -> None:
@@ -207,6 +265,12 @@ class MajordomusWorker(Worker):
     async def _stop_gracefully(self, sig: signal.Signals) -> None:
         runtime = self.runtime
         grace = runtime.settings.shutdown_grace if runtime else 0.0
+        if runtime is not None and self._not_blocking is not None and not self._not_blocking.is_set():
+            # A take waiting in Redis takes nothing once marked; what it took before, this
+            # worker runs as any other (cancelling it mid-answer would strand it `running`).
+            with contextlib.suppress(Exception):
+                await runtime.store.stop_blocking(runtime.worker_id)
+            await within(BLOCK_MAX_SECONDS + 2, self._not_blocking.wait())
         await within(grace, self.all_done())
         if runtime is not None and runtime.running:
             log.info("grace over: cancelling %d executions", len(runtime.running))

@@ -163,6 +163,7 @@ class ExecutionStore(StoreBase):
             part.delayed,
             part.idempotency(plan.idempotency_key) if plan.idempotency_key else part.base,
             k.snapshot(retried) if retried else part.base,
+            part.wakeup,
         ]
         args: list[bytes | str | int | float] = [
             execution_id,

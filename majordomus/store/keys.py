@@ -90,6 +90,22 @@ class Partition:
         worker's executions reads these sets, never every execution."""
         return f"{self.base}worker:{worker_id}:running"
 
+    @property
+    def wakeup(self) -> str:
+        """A list each start due now (and each slot freed) pushes onto: an idle worker waits
+        on it with a blocking pop that its take follows in the same write, so the start is
+        taken as soon as it is made (`QueueStore.take_blocking`). Kept short (`WAKEUP_MAX`),
+        emptied by a take that leaves the queue empty."""
+        return f"{self.base}wakeup"
+
+    def worker_woken(self, worker_id: str) -> str:
+        """Where a worker's blocking pop moves the wake-up it got, for its take to consume."""
+        return f"{self.base}worker:{worker_id}:woken"
+
+    def worker_stopping(self, worker_id: str) -> str:
+        """Set by a stopping worker: its blocking take, if one is waiting, takes nothing."""
+        return f"{self.base}worker:{worker_id}:stopping"
+
     def worker_take(self, worker_id: str) -> str:
         """A worker's last take of this partition (its token and the ids it started), so
         that the take sent again after a lost answer answers the same executions."""

@@ -15,16 +15,25 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from redis.exceptions import NoScriptError
 
 from majordomus.config import Settings
 from majordomus.store.base import StoreBase
 from majordomus.store.clock import now_stamp
-from majordomus.store.connect import RedisClient
+from majordomus.store.connect import RedisClient, is_cluster
 from majordomus.store.keys import Partition
 
 RUN_EXECUTION = "run_execution"
 """The name of the one arq function a majordomus worker registers (arq wants one)."""
+
+BLOCK_MAX_SECONDS = 5.0
+"""The longest a blocking take waits (below the client's socket timeout, so a wait is never
+taken for a dead connection)."""
+
+STOPPING_KEPT_MS = 600_000
+"""How long a stopping worker's mark is kept (longer than any shutdown grace)."""
 
 TAKE_KEPT_SECONDS = 24 * 3600
 """How long a worker's last take is kept for answering it again (`take.lua`): longer than
@@ -101,29 +110,74 @@ class QueueStore(StoreBase):
             heads.append(time.time() * 1000)  # the other partitions are yet to be seen
         return Take(taken, min(heads) if heads else None)
 
+    @property
+    def can_block(self) -> bool:
+        """Whether `take_blocking` works here: one partition on one Redis (a Redis Cluster
+        client sends a pipeline's commands node by node, so the take could not follow the
+        pop on its connection; several partitions would need a pop of several slots)."""
+        return len(self.keys.partitions) == 1 and not is_cluster(self.redis)
+
+    async def take_blocking(self, worker: str, token: str, seconds: float) -> Take:
+        """Wait up to `seconds` for a start, then take it (at most one): a blocking pop of
+        the wake-up list and the take (`take.lua`) sent in one write, so Redis runs the take
+        the moment the pop is served, with no round trip to the worker in between, and the
+        worker hears of the start and gets it in one message. The take takes only when the
+        pop got a wake-up (one that timed out takes nothing, and answers when work is due)
+        and not once `stop_blocking` marked the worker stopping. Only where `can_block`.
+
+        One at most: an idle worker takes more with its next, plain, take at once (the
+        answer says work is due); a take that waits is carried out later than it was sent,
+        and should its worker be cut off meanwhile, what it started waits for its answer."""
+        part = self.keys.partitions[0]
+        woken, stopping = part.worker_woken(worker), part.worker_stopping(worker)
+        keys, args = self._take_call(part, worker, 1, token, stamp="")
+        seconds = max(0.01, min(seconds, BLOCK_MAX_SECONDS))
+        async with self.redis.pipeline(transaction=False) as pipe:
+            pipe.execute_command("BLMOVE", part.wakeup, woken, "LEFT", "LEFT", f"{seconds:.3f}")
+            pipe.execute_command("EVALSHA", self._take.sha, len(keys), *keys, *args, woken, stopping)
+            try:
+                _, answer = await pipe.execute()
+            except NoScriptError:  # Redis lost its scripts (restarted): load, take plainly
+                return await self._take_from(part, worker, 1, token)
+        return self._answer(answer)
+
+    async def stop_blocking(self, worker: str) -> None:
+        """Mark the worker stopping: a blocking take of its that is waiting takes nothing,
+        and gives the wake-up it gets to another worker."""
+        part = self.keys.partitions[0]
+        await self.redis.set(part.worker_stopping(worker), 1, px=STOPPING_KEPT_MS)
+
+    def _take_call(
+        self, part: Partition, worker: str, count: int, token: str, stamp: str | None = None
+    ) -> tuple[list[str], list[str | int]]:
+        keys = [
+            part.queue,
+            part.queued,
+            part.running,
+            part.feed,
+            part.worker_running(worker),
+            part.lease(worker),
+            part.worker_take(worker),
+            part.delayed,
+        ]
+        args: list[str | int] = [
+            count,
+            worker,
+            now_stamp()[0] if stamp is None else stamp,
+            self.settings.feed_max_events,
+            int(self.settings.lease_seconds * 1000),
+            part.base,
+            token,
+            TAKE_KEPT_SECONDS * 1000,
+        ]
+        return keys, args
+
     async def _take_from(self, part: Partition, worker: str, count: int, token: str) -> Take:
-        answer = await self._take(
-            keys=[
-                part.queue,
-                part.queued,
-                part.running,
-                part.feed,
-                part.worker_running(worker),
-                part.lease(worker),
-                part.worker_take(worker),
-                part.delayed,
-            ],
-            args=[
-                count,
-                worker,
-                now_stamp()[0],
-                self.settings.feed_max_events,
-                int(self.settings.lease_seconds * 1000),
-                part.base,
-                token,
-                TAKE_KEPT_SECONDS * 1000,
-            ],
-        )
+        keys, args = self._take_call(part, worker, count, token)
+        return self._answer(await self._take(keys=keys, args=args))
+
+    @staticmethod
+    def _answer(answer: Any) -> Take:
         if answer in (b"lapsed", "lapsed"):
             return Take([], None, lapsed=True)
         head, rest = answer[0], answer[1:]

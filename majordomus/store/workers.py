@@ -152,7 +152,8 @@ class WorkerStore(StoreBase):
             await pipe.execute()
 
     async def forget_workers(self, worker_ids: Sequence[str]) -> None:
-        """Remove workers' presence, lease, running set and last take, in one round trip."""
+        """Remove workers' presence, lease, running set, last take and blocking take's keys,
+        in one round trip."""
         if not worker_ids:
             return
         k = self.keys
@@ -163,6 +164,7 @@ class WorkerStore(StoreBase):
                     pipe.delete(part.lease(worker_id))
                     pipe.delete(part.worker_running(worker_id))
                     pipe.delete(part.worker_take(worker_id))
+                    pipe.delete(part.worker_woken(worker_id), part.worker_stopping(worker_id))
             pipe.zrem(k.workers, *worker_ids)
             await pipe.execute()
 

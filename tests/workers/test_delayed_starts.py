@@ -94,18 +94,23 @@ async def test_an_idle_worker_makes_no_extra_trips_while_delayed_work_waits(
     await asyncio.sleep(0.3)  # the wake-ups of those starts answered
     store = worker.runtime.store
     takes = 0
-    original = store.take
+    originals = {name: getattr(store, name) for name in ("take", "take_blocking")}
 
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        nonlocal takes
-        takes += 1
-        return await original(*args, **kwargs)
+    def counting(original: Any) -> Any:
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal takes
+            takes += 1
+            return await original(*args, **kwargs)
 
-    store.take = counted
+        return counted
+
+    for name, original in originals.items():  # plain takes and the ones that wait in Redis
+        setattr(store, name, counting(original))
     try:
         await asyncio.sleep(3.0)
     finally:
-        store.take = original
+        for name in originals:
+            delattr(store, name)
     # The long-poll fallback (1 s) and the odd wake-up (the signal is server-wide, any
     # database's starts send it), not a poll per entry nor a busy loop.
     assert takes <= 10, takes

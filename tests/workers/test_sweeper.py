@@ -241,9 +241,9 @@ async def test_a_worker_back_from_an_outage_renews_its_lease_before_it_takes_wor
         take = runtime.store.take
         lease_at_take: list[bool] = []
 
-        async def taking(*args: Any) -> Any:
+        async def taking(*args: Any, **kwargs: Any) -> Any:
             lease_at_take.append(bool(await redis.exists(lease_key)))
-            return await take(*args)
+            return await take(*args, **kwargs)
 
         runtime.store.take = taking  # type: ignore[method-assign]
         # As after an outage longer than the lease: no beat for a while, the lease gone.

@@ -151,7 +151,11 @@ for i = 1, n do
             local off = redis.call('HGET', prefix .. 'x:' .. member, 'qoffset')
             redis.call('ZADD', KEYS[8], at + j - 1 - (tonumber(off or '0') or 0), member)
           end
-          if #oldest > 0 then redis.call('PUBLISH', wake, oldest[1]) end
+          if #oldest > 0 then
+            redis.call('PUBLISH', wake, oldest[1])
+            redis.call('LPUSH', prefix .. 'wakeup', oldest[1])
+            redis.call('LTRIM', prefix .. 'wakeup', 0, 15)
+          end
         end
       end
     end

@@ -14,7 +14,8 @@
 -- KEYS: snapshot, events, feed, idx:all, idx:queued, secret input, queue, the creation
 --       counter (the last place in the order of creation given here), delayed, idempotency
 --       key, the retried attempt's snapshot (either, when unused, the partition's key
---       base ARGV[21]: a key of the same slot, which a Redis Cluster requires of every key)
+--       base ARGV[21]: a key of the same slot, which a Redis Cluster requires of every key),
+--       the wake-up list
 -- ARGV: id, timestamp, now_ms, feed_max, capability, title, input JSON (redacted),
 --       cancellable, actor, episode, secret JSON or '', secret ttl ms (also the
 --       idempotency key's), created data JSON, wake channel, max_concurrency (0: none),
@@ -97,6 +98,11 @@ if ready then
 else
   redis.call('ZADD', KEYS[9], due, id)
 end
+-- An idle worker waiting on the wake-up list takes it now (its take is queued behind its
+-- blocking pop), or, due later, learns when to wake; kept short: a wake-up nobody waits
+-- for costs one empty take.
+redis.call('LPUSH', KEYS[12], id)
+redis.call('LTRIM', KEYS[12], 0, 15)
 if KEYS[10] ~= unused then redis.call('SET', KEYS[10], id .. ' ' .. ARGV[20], 'PX', keep) end
 if KEYS[11] ~= unused and redis.call('EXISTS', KEYS[11]) == 1 then
   redis.call('HSET', KEYS[11], 'retried_as', id)

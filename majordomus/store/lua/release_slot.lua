@@ -21,5 +21,9 @@ for i, member in ipairs(oldest) do
   local off = redis.call('HGET', prefix .. 'x:' .. member, 'qoffset')
   redis.call('ZADD', queue, now + i - 1 - (tonumber(off or '0') or 0), member)
 end
-if #oldest > 0 then redis.call('PUBLISH', wake, oldest[1]) end
+if #oldest > 0 then
+  redis.call('PUBLISH', wake, oldest[1])
+  redis.call('LPUSH', prefix .. 'wakeup', oldest[1])
+  redis.call('LTRIM', prefix .. 'wakeup', 0, 15)
+end
 return #oldest

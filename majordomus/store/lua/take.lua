@@ -24,7 +24,14 @@
 --
 -- KEYS: queue, idx:queued, idx:running, feed, the worker's running set, its lease, its
 --       last take, delayed
--- ARGV: count, worker, timestamp, feed_max, slot lease ms, the partition's key base, token, take ttl ms
+-- ARGV: count, worker, timestamp ('': the server's, now), feed_max, slot lease ms, the partition's key base, token,
+--       take ttl ms, then for a take behind a blocking pop (`QueueStore.take_blocking`) the
+--       worker's woken list and its stopping key ('' and '' for a plain take)
+--
+-- Behind a blocking pop of the wake-up list, the take runs as soon as the pop is served, in
+-- the same turn of the server: it takes only when the pop moved a wake-up into the woken
+-- list (a pop that timed out, or was let go, takes nothing) and the worker is not stopping
+-- (a stopping worker's wake-up goes back on the list, for another worker).
 -- Answers {next due (epoch ms: now while ready work is left) or false, then 4 items per
 -- execution started: id, capability, worker-only input or false, its sequence}; or 'lapsed'.
 local queue, queued, running, feed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -33,6 +40,30 @@ local count, worker, ts, feed_max = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
 local slot_ms, prefix, token = tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- Epoch ms as the store's timestamps (RFC 3339 UTC, milliseconds): the calendar from the
+-- day count (H. Hinnant's days-to-civil), for a take whose timestamp is the server's.
+local function stamp(ms)
+  local s = math.floor(ms / 1000)
+  local days = math.floor(s / 86400)
+  local rem = s - days * 86400
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524)
+    - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03dZ', y, m, d,
+    math.floor(rem / 3600), math.floor(rem % 3600 / 60), rem % 60, ms % 1000)
+end
+-- A take that waited behind a blocking pop runs later than it was sent: its `started` is
+-- stamped when it runs (it is sent with no timestamp).
+if ts == '' then ts = stamp(now) end
 
 local function next_due()
   if redis.call('ZCARD', queue) > 0 then return now end
@@ -55,6 +86,15 @@ if before and string.sub(before, 1, #token + 1) == token .. ' ' then
     end
   end
   return out
+end
+local woken, stopping = ARGV[9] or '', ARGV[10] or ''
+if woken ~= '' then
+  local got = redis.call('LPOP', woken)
+  if not got then return {next_due()} end
+  if redis.call('EXISTS', stopping) == 1 then
+    redis.call('LPUSH', prefix .. 'wakeup', got)
+    return {next_due()}
+  end
 end
 if redis.call('EXISTS', lease) == 0 then return 'lapsed' end
 
@@ -134,4 +174,6 @@ if #ids > 0 then
   redis.call('SET', last, token .. ' ' .. table.concat(ids, ' '), 'PX', ARGV[8])
 end
 out[1] = next_due()
+-- Nothing left to take: the wake-ups waiting on the list are for work already taken.
+if out[1] ~= now then redis.call('DEL', prefix .. 'wakeup') end
 return out

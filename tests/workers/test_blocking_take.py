@@ -1,0 +1,105 @@
+"""The take an idle worker makes on one Redis (`QueueStore.take_blocking`): a blocking pop of
+the wake-up list with the take behind it in the same write, so Redis takes a start the
+moment it is made. It takes only what a wake-up announced, at most one; a pop that times
+out takes nothing and says when work is due; a stopping worker's takes nothing and gives
+its wake-up to another; wake-ups for work already taken are dropped; and a worker stopped
+while it waits there strands nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from typing import Any
+
+from majordomus.engine import Engine
+from majordomus.start_options import StartOptions
+from tests.conftest import running_worker, until
+from tests.workers.test_take_job import take
+
+WORKER = "blocker"
+
+
+async def _leased(engine: Engine, worker: str = WORKER) -> None:
+    await engine.redis.set(engine.store.keys.partitions[0].lease(worker), 1, px=60_000)
+
+
+async def test_a_start_made_while_the_take_waits_is_taken_by_it(engine: Engine) -> None:
+    store = engine.store
+    assert store.can_block
+    await _leased(engine)
+    waiting = asyncio.ensure_future(store.take_blocking(WORKER, store.next_token(), 5.0))
+    await asyncio.sleep(0.2)
+    assert not waiting.done()
+    began = time.monotonic()
+    snap = await engine.start("tests.noop", {})
+    took = await waiting
+    assert time.monotonic() - began < 2, "taken at once, not when the wait ran out"
+    assert [t.execution_id for t in took.taken] == [snap.id]
+    after = await engine.get(snap.id)
+    assert after.state == "running" and after.worker == WORKER
+    # Its `started` is stamped when the take ran, not when it was sent.
+    assert after.started_at is not None and after.started_at >= snap.created_at
+
+
+async def test_a_wait_that_times_out_takes_nothing_and_says_when_work_is_due(
+    engine: Engine,
+) -> None:
+    store = engine.store
+    await _leased(engine)
+    due = int(time.time() * 1000) + 60_000
+    await engine.start("tests.noop", {}, options=StartOptions(start_at_ms=due))
+    await take(engine, worker=WORKER)  # the delayed start's wake-up, consumed
+    took = await store.take_blocking(WORKER, store.next_token(), 0.2)
+    assert took.taken == [] and took.next_due_ms == due
+
+
+async def test_one_at_most_and_the_rest_said_due_now(engine: Engine) -> None:
+    store = engine.store
+    await _leased(engine)
+    made = [(await engine.start("tests.noop", {})).id for _ in range(3)]
+    took = await store.take_blocking(WORKER, store.next_token(), 1.0)
+    assert [t.execution_id for t in took.taken] == made[:1]
+    assert took.next_due_ms is not None and took.next_due_ms <= time.time() * 1000
+    rest = await take(engine, worker=WORKER)
+    assert [t.execution_id for t in rest.taken] == made[1:]
+    # Nothing left: the wake-ups of what is taken are gone, so no wait returns for nothing.
+    assert await engine.redis.llen(store.keys.partitions[0].wakeup) == 0
+
+
+async def test_a_stopping_workers_wait_takes_nothing_and_hands_its_wake_up_on(
+    engine: Engine,
+) -> None:
+    store = engine.store
+    await _leased(engine)
+    await _leased(engine, "other")
+    waiting = asyncio.ensure_future(store.take_blocking(WORKER, store.next_token(), 5.0))
+    await asyncio.sleep(0.2)
+    await store.stop_blocking(WORKER)
+    snap = await engine.start("tests.noop", {})
+    assert (await waiting).taken == []
+    assert (await engine.get(snap.id)).state == "queued"
+    other = await store.take_blocking("other", store.next_token(), 1.0)
+    assert [t.execution_id for t in other.taken] == [snap.id]
+
+
+async def test_a_worker_stopped_while_it_waits_in_redis_takes_no_more_work(
+    redis: Any, engine: Engine, settings: Any
+) -> None:
+    async with running_worker(redis, settings) as worker:
+        await until(lambda: _waiting_in_redis(worker))
+        worker.handle_sig(signal.SIGTERM)
+        # Once its mark is in Redis (a start before it may still be taken, and is run).
+        stopping = engine.store.keys.partitions[0].worker_stopping(worker.runtime.worker_id)
+        await until(lambda: engine.redis.exists(stopping))
+        snap = await engine.start("tests.noop", {})
+        done, _ = await asyncio.wait({worker.main_task}, timeout=10)
+        assert done, "the worker did not stop"
+        # The stopping worker took nothing: the start waits for another worker.
+        assert (await engine.get(snap.id)).state == "queued"
+    async with running_worker(redis, settings):
+        assert (await engine.wait(snap.id, 10_000)).state == "succeeded"
+
+
+async def _waiting_in_redis(worker: Any) -> bool:
+    return worker._not_blocking is not None and not worker._not_blocking.is_set()
