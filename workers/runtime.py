@@ -142,7 +142,7 @@ class WorkerRuntime:
                 async for signal in signals:
                     if signal.kind == "cancel":
                         self._on_cancel(signal.execution_id)
-                    else:
+                    elif signal.execution_id not in self.running:  # else taken here already
                         self.woken_by = signal.execution_id
                         self.wake.set()
             except Exception as exc:  # noqa: BLE001  back off, then listen again

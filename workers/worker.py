@@ -185,9 +185,14 @@ class MajordomusWorker(Worker):
         assert self._not_blocking is not None
         self._not_blocking.clear()
         try:
-            return await runtime.store.take_blocking(runtime.worker_id, token, seconds)
+            take = await runtime.store.take_blocking(runtime.worker_id, token, seconds)
         finally:
             self._not_blocking.set()
+        if runtime.woken_by is not None and runtime.woken_by in {t.execution_id for t in take.taken}:
+            # The start's own signal, come before its take's answer: not a call to take again.
+            runtime.woken_by = None
+            runtime.wake.clear()
+        return take
 
     def _start(self, taken: Taken) -> None:
         """Run a taken execution in a task of its own, holding one of the worker's slots."""
