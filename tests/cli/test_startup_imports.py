@@ -82,6 +82,19 @@ def environment(**extra: str) -> dict[str, str]:
     return env
 
 
+def python(code: str) -> subprocess.CompletedProcess[str]:
+    """`python -c code` in `environment()`, from ROOT."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=environment(),
+        cwd=ROOT,
+        timeout=120,
+        check=False,
+    )
+
+
 def imported(argv: list[str], env: dict[str, str], code: str | None = None) -> tuple[list[str], str]:
     """Every module `python -X importtime` says a process imported (in order), and what it
     printed (stdout, then the rest of stderr): `python -m majordomus.cli ARGV`, or `code`
@@ -194,15 +207,7 @@ print(text == written_module(load_capabilities([]), sources_checksum() or "?"))
 
 
 def test_the_written_outlines_are_the_builtins_as_declared_now() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", CURRENT],
-        capture_output=True,
-        text=True,
-        env=environment(),
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
+    done = python(CURRENT)
     assert done.stdout.split() == ["True"], (
         "majordomus/cli/builtin_outlines.py is not what the built-ins declare now: "
         "write it again with `python -m majordomus.cli.outlines`\n" + done.stderr[-2000:]
@@ -221,15 +226,7 @@ print("run" in [o.exposure.cli_path[0] for o in mounted])
 
 
 def test_outlines_written_from_other_sources_are_passed_over_for_the_registry() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", STALE],
-        capture_output=True,
-        text=True,
-        env=environment(),
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
+    done = python(STALE)
     assert done.stdout.splitlines() == ["registry read: True", "True"], done.stderr[-2000:]
 
 
@@ -260,15 +257,7 @@ print("same:", redis.auth.token.jwt.decode is jwt.decode)
 
 
 def test_the_redis_client_imports_pyjwt_when_it_uses_it() -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", PYJWT_ON_USE],
-        capture_output=True,
-        text=True,
-        env=environment(),
-        cwd=ROOT,
-        timeout=120,
-        check=False,
-    )
+    done = python(PYJWT_ON_USE)
     assert done.stdout.splitlines() == [
         "before: False",
         "oid: me",

@@ -17,15 +17,19 @@ from tests.faults.workload import REPORT
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
-CUT_SECONDS = 12.0
-"""Longer than a schedule's grace (`schedule_grace`, 10 s): some ticks are missed."""
+GRACE_SECONDS = 4
+"""The processes' `schedule_grace` (10 s by default), shorter, so that a shorter cut is
+past it."""
+CUT_SECONDS = 7.0
+"""Longer than a schedule's grace: some ticks are missed."""
 
 
 async def test_delayed_starts_and_schedule_ticks_due_during_a_long_cut_run_after_it(
     scenario: Scenario,
 ) -> None:
-    scenario.worker(max_jobs=20)  # runs the ticker too
-    scenario.api()
+    grace = {"MAJORDOMUS_SCHEDULE_GRACE": str(GRACE_SECONDS)}
+    scenario.worker(max_jobs=20, **grace)  # runs the ticker too
+    scenario.api(**grace)
     await scenario.ready()
     engine = scenario.engine
     created = await engine.call(
@@ -86,7 +90,7 @@ async def test_delayed_starts_and_schedule_ticks_due_during_a_long_cut_run_after
     # The ticks older than the grace when the ticker came back were missed, and started
     # once for all of them (`missed="once"`); those within it were started each as itself.
     tick_ms = sorted(int(key.rsplit(":", 1)[1]) for key in keys)
-    grace_ms = int(engine.settings.schedule_grace * 1000)
+    grace_ms = GRACE_SECONDS * 1000
     cut_ms = restored_ms - int(CUT_SECONDS * 1000)
     missed = [t for t in tick_ms if cut_ms + 1000 < t < restored_ms - grace_ms - 1000]
     assert len(missed) <= 1, (missed, tick_ms)
