@@ -24,6 +24,7 @@ from majordomus.config import LIMITS, Settings
 from majordomus.ids import new_execution_id
 from majordomus.priorities import HEAD_START
 from majordomus.store.base import StoreBase
+from majordomus.store.batching import BatchedScript
 from majordomus.store.clock import now_stamp, stamp_of
 from majordomus.store.connect import RedisClient
 from majordomus.store.feed import FeedStore
@@ -91,8 +92,8 @@ EventWrite = tuple[str, bytes]
 class ExecutionStore(StoreBase):
     def __init__(self, redis: RedisClient, settings: Settings) -> None:
         super().__init__(redis, settings)
-        self._append = self.script("append.lua")
-        self._create = self.script("create.lua")
+        self._append = BatchedScript(self.redis, self.script("append.lua"))
+        self._create = BatchedScript(self.redis, self.script("create.lua"))
         self._token_prefix = os.urandom(6).hex()
         self._tokens = itertools.count(1)
 
@@ -145,7 +146,7 @@ class ExecutionStore(StoreBase):
         that holds its idempotency key."""
         k = self.keys
         stamp, ms = now_stamp()
-        due_ms = plan.due_ms if plan.due_ms is not None and plan.due_ms > ms else 0
+        due_ms = int(plan.due_ms) if plan.due_ms is not None and plan.due_ms > ms else 0
         aging_ms = int(self.settings.priority_aging_seconds * 1000)
         part = k.partition_of(execution_id)
         retried = plan.retry_of if plan.retry_of else None
@@ -177,14 +178,14 @@ class ExecutionStore(StoreBase):
             actor,
             episode or "",
             secret_json or b"",
-            self.settings.retain_seconds * 1000,
+            int(self.settings.retain_seconds * 1000),  # integers: create.lua passes them on as they are
             created_data,
             k.wake_channel,
             max_concurrency or 0,
             due_ms,
             stamp_of(due_ms) if due_ms else "",
             plan.priority,
-            HEAD_START[plan.priority] * aging_ms,
+            int(HEAD_START[plan.priority] * aging_ms),
             plan.fingerprint,
             part.base,
             plan.schedule or "",

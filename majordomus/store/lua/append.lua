@@ -53,7 +53,7 @@ if token ~= '' and cur[10] then
   end
 end
 local seq = tonumber(cur[2])
-local steps_json, diags, diag_count = cur[3], cur[4], tonumber(cur[5])
+local steps_json, diags, diag_count = cur[3] or '[]', cur[4], tonumber(cur[5] or '0')
 local capability, conc_limit, owner = cur[6], tonumber(cur[7] or '0') or 0, cur[8]
 local steps_dropped = tonumber(cur[9] or '0') or 0
 local changed_started = nil  -- started_ms of a claim in this very batch
@@ -72,6 +72,7 @@ local head_id = '{"schema_version":"1","event_id":"' .. id .. '#'
 local head_exec = '","execution_id":"' .. id .. '","sequence":'
 local head_ts = ',"timestamp":"' .. ts .. '","type":"'
 local progress = nil
+local last_sq = cur[2]  -- the last sequence as a string (Redis would format a number)
 
 for i = 1, n do
   local t, d = ARGV[FIRST - 1 + 2 * i], ARGV[FIRST + 2 * i]
@@ -81,6 +82,7 @@ for i = 1, n do
   local from = state
   seq = seq + 1
   local sq = tostring(seq)
+  last_sq = sq
   local env
   if d ~= '' then
     env = head_id .. sq .. head_exec .. sq .. head_ts .. t .. '","data":' .. d .. '}'
@@ -95,7 +97,7 @@ for i = 1, n do
     if t == 'execution.started' then
       redis.call('HINCRBY', snap, 'attempt', 1)
       changed[#changed + 1] = 'started_at'; changed[#changed + 1] = ts
-      changed[#changed + 1] = 'started_ms'; changed[#changed + 1] = now
+      changed[#changed + 1] = 'started_ms'; changed[#changed + 1] = ARGV[3]
       changed_started = now
       if worker ~= '' then
         changed[#changed + 1] = 'worker'; changed[#changed + 1] = worker
@@ -104,7 +106,7 @@ for i = 1, n do
       end
       redis.call('ZREM', KEYS[4], id)
       redis.call('ZREM', KEYS[8], id)  -- claimed by an append, not take.lua: its entry goes too
-      redis.call('ZADD', KEYS[5], now, id)
+      redis.call('ZADD', KEYS[5], ARGV[3], id)
     elseif t == 'execution.cancelling' then
       redis.call('PUBLISH', cancel_channel, id)
     else
@@ -121,7 +123,7 @@ for i = 1, n do
       changed[#changed + 1] = 'finished_at'; changed[#changed + 1] = ts
       local started = cur[11] or changed_started
       if started then
-        changed[#changed + 1] = 'duration_ms'; changed[#changed + 1] = now - tonumber(started)
+        changed[#changed + 1] = 'duration_ms'; changed[#changed + 1] = tostring(now - tonumber(started))
       end
       if from == 'queued' then  -- never taken: it is still in the queue
         redis.call('ZREM', KEYS[4], id)
@@ -130,7 +132,7 @@ for i = 1, n do
       else
         redis.call('ZREM', KEYS[5], id)
       end
-      redis.call('ZADD', KEYS[6], now, id)
+      redis.call('ZADD', KEYS[6], ARGV[3], id)
       redis.call('DEL', KEYS[7])
       if owner then redis.call('SREM', prefix .. 'worker:' .. owner .. ':running', id) end
       if conc_limit > 0 then
@@ -191,7 +193,7 @@ for i = 1, n do
       if diag_count == 0 then diags = '[' .. d .. ']' else diags = string.sub(diags, 1, -2) .. ',' .. d .. ']' end
       diag_count = diag_count + 1
       changed[#changed + 1] = 'diagnostics'; changed[#changed + 1] = diags
-      changed[#changed + 1] = 'diag_count'; changed[#changed + 1] = diag_count
+      changed[#changed + 1] = 'diag_count'; changed[#changed + 1] = tostring(diag_count)
     end
   end
 end
@@ -201,7 +203,7 @@ if applied < n then code = 0 end
 if applied > 0 then
   if token ~= '' then
     changed[#changed + 1] = 'append_token'
-    changed[#changed + 1] = token .. ' ' .. code .. ' ' .. seq .. ' ' .. applied
+    changed[#changed + 1] = token .. ' ' .. code .. ' ' .. last_sq .. ' ' .. applied
   end
   if progress then
     changed[#changed + 1] = 'progress'; changed[#changed + 1] = progress
@@ -209,10 +211,10 @@ if applied > 0 then
   if steps then
     changed[#changed + 1] = 'steps'
     changed[#changed + 1] = (#steps == 0) and '[]' or cjson.encode(steps)
-    changed[#changed + 1] = 'steps_dropped'; changed[#changed + 1] = steps_dropped
+    changed[#changed + 1] = 'steps_dropped'; changed[#changed + 1] = tostring(steps_dropped)
   end
   changed[#changed + 1] = 'state'; changed[#changed + 1] = state
-  changed[#changed + 1] = 'last_seq'; changed[#changed + 1] = seq
+  changed[#changed + 1] = 'last_seq'; changed[#changed + 1] = last_sq
   redis.call('HSET', snap, unpack(changed))
   if is_final(state) then
     redis.call('EXPIRE', snap, retain)

@@ -61,16 +61,22 @@ local order = math.max(now * 1024, (tonumber(redis.call('GET', KEYS[8])) or 0) +
 order = order + (part - order % parts) % parts
 order = string.format('%.0f', order)
 redis.call('SET', KEYS[8], order)
+-- Numbers reach Redis as the strings they came as: Redis formats a Lua number argument
+-- with snprintf('%.17g'), which costs more than most of the commands here. The empty
+-- steps and diagnostics are written (append.lua reads them; a worker of the release
+-- before this one, in a rolling upgrade, needs them there).
+local ahead_s = tostring(ahead)
 local fields = {'id', id, 'capability', ARGV[5], 'title', ARGV[6], 'input', ARGV[7],
   'cancellable', ARGV[8], 'actor', ARGV[9], 'state', 'queued', 'created_at', ts,
-  'created_ms', now, 'last_seq', 2, 'attempt', ARGV[24], 'steps', '[]', 'diagnostics', '[]',
-  'diag_count', 0, 'ahead', ahead, 'order', order, 'priority', ARGV[18], 'qoffset', head_ms}
+  'created_ms', ARGV[3], 'last_seq', '2', 'attempt', ARGV[24], 'steps', '[]',
+  'diagnostics', '[]', 'diag_count', '0', 'ahead', ahead_s, 'order', order,
+  'priority', ARGV[18], 'qoffset', ARGV[19]}
 local function field(name, value)
   fields[#fields + 1] = name; fields[#fields + 1] = value
 end
 if ARGV[10] ~= '' then field('episode', ARGV[10]) end
 if ARGV[15] ~= '0' then field('conc_limit', ARGV[15]) end
-if not ready then field('due_ms', due); field('due_at', ARGV[17]) end
+if not ready then field('due_ms', ARGV[16]); field('due_at', ARGV[17]) end
 if ARGV[22] ~= '' then field('schedule', ARGV[22]) end
 if ARGV[23] ~= '' then field('retry_of', ARGV[23]) end
 if KEYS[10] ~= unused then field('idempotency_key', ARGV[25]) end
@@ -78,7 +84,7 @@ redis.call('HSET', snap, unpack(fields))
 local head = '{"schema_version":"1","event_id":"' .. id .. '#'
 local mid = '","execution_id":"' .. id .. '","sequence":'
 local e1 = head .. '1' .. mid .. '1,"timestamp":"' .. ts .. '","type":"execution.created","data":' .. ARGV[13] .. '}'
-local queued = '{"ahead":' .. ahead
+local queued = '{"ahead":' .. ahead_s
 if not ready then queued = queued .. ',"due_at":"' .. ARGV[17] .. '"' end
 local e2 = head .. '2' .. mid .. '2,"timestamp":"' .. ts .. '","type":"execution.queued","data":' .. queued .. '}}'
 redis.call('XADD', stream, '1-0', 'e', e1)
@@ -87,22 +93,27 @@ redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 1, 'e', e1)
 redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 2, 'e', e2)
 redis.call('ZADD', KEYS[4], order, id)
 -- idx:queued is scored by when it is due, so a wait is counted from then.
-redis.call('ZADD', KEYS[5], at, id)
+local at_s = ready and ARGV[3] or ARGV[16]
+redis.call('ZADD', KEYS[5], at_s, id)
 -- The worker-only input and the idempotency key are kept the retention past when it is
 -- due, so a start due later than the retention still runs with its input, and its key
 -- still answers it.
-local keep = tonumber(ARGV[12]) + (at - now)
+local keep = ARGV[12]
+if not ready then keep = string.format('%.0f', tonumber(ARGV[12]) + (at - now)) end
 if ARGV[11] ~= '' then redis.call('SET', KEYS[6], ARGV[11], 'PX', keep) end
 if ready then
-  redis.call('ZADD', KEYS[7], qscore, id)
+  if head_ms == 0 then
+    redis.call('ZADD', KEYS[7], ARGV[3], id)
+  else
+    redis.call('ZADD', KEYS[7], string.format('%.0f', qscore), id)
+  end
 else
-  redis.call('ZADD', KEYS[9], due, id)
+  redis.call('ZADD', KEYS[9], ARGV[16], id)
 end
 -- An idle worker waiting on the wake-up list takes it now (its take is queued behind its
--- blocking pop), or, due later, learns when to wake; kept short: a wake-up nobody waits
--- for costs one empty take.
-redis.call('LPUSH', KEYS[12], id)
-redis.call('LTRIM', KEYS[12], 0, 15)
+-- blocking pop), or, due later, learns when to wake; kept short (trimmed only when past
+-- 16): a wake-up nobody waits for costs one empty take.
+if redis.call('LPUSH', KEYS[12], id) > 16 then redis.call('LTRIM', KEYS[12], 0, 15) end
 if KEYS[10] ~= unused then redis.call('SET', KEYS[10], id .. ' ' .. ARGV[20], 'PX', keep) end
 if KEYS[11] ~= unused and redis.call('EXISTS', KEYS[11]) == 1 then
   redis.call('HSET', KEYS[11], 'retried_as', id)

@@ -40,6 +40,9 @@ local count, worker, ts, feed_max = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
 local slot_ms, prefix, token = tonumber(ARGV[5]), ARGV[6], ARGV[7]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- `now` as Redis takes it: formatted once here (Redis formats a Lua number argument with
+-- snprintf('%.17g') each time it is passed, which costs more than most commands here).
+local now_s = string.format('%.0f', now)
 
 -- Epoch ms as the store's timestamps (RFC 3339 UTC, milliseconds): the calendar from the
 -- day count (H. Hinnant's days-to-civil), for a take whose timestamp is the server's.
@@ -158,10 +161,10 @@ for _, c in ipairs(cands) do
       '","type":"execution.started"}'
     redis.call('XADD', snap .. ':events', sq .. '-0', 'e', env)
     redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', sq, 'e', env)
-    redis.call('HSET', snap, 'state', 'running', 'started_at', ts, 'started_ms', now,
-      'worker', worker, 'attempt', (tonumber(cur[6]) or 0) + 1, 'last_seq', seq)
+    redis.call('HSET', snap, 'state', 'running', 'started_at', ts, 'started_ms', now_s,
+      'worker', worker, 'attempt', tostring((tonumber(cur[6]) or 0) + 1), 'last_seq', sq)
     redis.call('ZREM', queued, id)
-    redis.call('ZADD', running, now, id)
+    redis.call('ZADD', running, now_s, id)
     redis.call('SADD', mine, id)
     ids[#ids + 1] = id
     out[#out + 1] = id
