@@ -64,9 +64,14 @@ from majordomus.states import FINAL, is_final
 from majordomus.store.clock import stamp_of
 from majordomus.store.connect import RedisClient
 from majordomus.store.episodes import EpisodeStore
-from majordomus.store.executions import Created, RawPage, StartPlan, Store, encode
+from majordomus.store.executions import Created, IdTaken, RawPage, StartPlan, Store, encode
 from majordomus.store.failures import UNREACHABLE
 from majordomus.store.feed import CURSOR_SEPARATOR, FeedBounds, FeedEntry
+
+ID_DRAWS = 5
+"""How many ids a start draws before it gives up. An id carries 32 random bits a second: at
+thousands of starts a second two of them draw the same id now and then (the store refuses
+the second, `IdTaken`), and the start draws again; five taken in a row do not happen."""
 
 LIVE_PATH = "/events"
 
@@ -289,32 +294,41 @@ class Engine:
         priority = options.priority or cap.priority
         key = options.idempotency_key
         fingerprint = _fingerprint(cap.id, plain) if key else ""
-        execution_id = self.store.new_id(
-            capped=cap.id if cap.max_concurrency else None,
+        plan = StartPlan(
+            due_ms=options.start_at_ms,
+            priority=priority,
             idempotency_key=key,
+            fingerprint=fingerprint,
+            schedule=options.schedule,
             retry_of=options.retry_of,
+            attempts_before=options.attempts_before,
         )
-        created = await self.store.create(
-            execution_id,
-            capability=cap.id,
-            title=cap.title,
-            input_json=encode(shown),
-            created_data=encode(CreatedData(cap.id, cap.title, shown)),
-            secret_json=encode(plain),
-            cancellable=cap.cancellable,
-            actor=actor,
-            episode=episode,
-            max_concurrency=cap.max_concurrency,
-            plan=StartPlan(
-                due_ms=options.start_at_ms,
-                priority=priority,
+        draws = ID_DRAWS
+        while True:
+            execution_id = self.store.new_id(
+                capped=cap.id if cap.max_concurrency else None,
                 idempotency_key=key,
-                fingerprint=fingerprint,
-                schedule=options.schedule,
                 retry_of=options.retry_of,
-                attempts_before=options.attempts_before,
-            ),
-        )
+            )
+            try:
+                created = await self.store.create(
+                    execution_id,
+                    capability=cap.id,
+                    title=cap.title,
+                    input_json=encode(shown),
+                    created_data=encode(CreatedData(cap.id, cap.title, shown)),
+                    secret_json=encode(plain),
+                    cancellable=cap.cancellable,
+                    actor=actor,
+                    episode=episode,
+                    max_concurrency=cap.max_concurrency,
+                    plan=plan,
+                )
+                break
+            except IdTaken:  # another start drew the same id this second: draw again
+                draws -= 1
+                if not draws:
+                    raise
         if created.held_by is not None:
             return await self._held(key or "", created, fingerprint)
         METRICS.execution_started(cap.id)

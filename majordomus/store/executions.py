@@ -85,6 +85,12 @@ class Created:
     held_fingerprint: str = ""
 
 
+class IdTaken(RuntimeError):
+    """`create` was given the id of an execution that exists (not its own call sent again):
+    ids carry 32 random bits a second, so at thousands of starts a second two draws meet now
+    and then; the caller draws another (`Engine.start`)."""
+
+
 EventWrite = tuple[str, bytes]
 """An event to append: its type and its `data` as JSON bytes (b'' for none)."""
 
@@ -200,7 +206,7 @@ class ExecutionStore(StoreBase):
         if code == -2:
             return Created(0, stamp, held_by=_text(answer[1]), held_fingerprint=_text(answer[2]))
         if code < 0:
-            raise RuntimeError(f"execution id {execution_id} already exists")
+            raise IdTaken(f"execution id {execution_id} already exists")
         return Created(code, stamp)
 
     def _append_call(

@@ -12,7 +12,7 @@ from majordomus.config import LIMITS
 from majordomus.engine import Engine
 from majordomus.errors import MajordomusError
 from majordomus.states import STATES, may_move_to
-from majordomus.store.executions import encode
+from majordomus.store.executions import IdTaken, encode
 
 FAILED = encode({"error": {"code": "internal", "message": "x", "correlation_id": "c"}})
 EVENT_FOR = {
@@ -316,3 +316,20 @@ async def test_a_snapshot_keeps_the_first_200_steps_and_counts_the_rest(engine: 
     assert snap.steps[-1].name == "s199" and snap.steps[-1].state == "completed"
     assert snap.steps_dropped == 50
     assert snap.event_count == snap.last_sequence == 3 + 500
+
+
+async def test_a_start_that_draws_a_taken_id_draws_another_and_the_taken_one_is_untouched(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ids carry 32 random bits a second: thousands of starts a second meet now and then.
+    taken = await queued(engine)
+    fresh = "x-20261204T000000Z-0000abcd"
+    draws = iter([taken, taken, fresh])
+    monkeypatch.setattr(engine.store, "new_id", lambda **_: next(draws))
+    started = await engine.start("tests.noop", {})
+    assert started.id == fresh and started.state == "queued"
+    snapshot = await engine.store.snapshot(taken)
+    assert snapshot is not None and snapshot[b"state"] == b"queued" and snapshot[b"last_seq"] == b"2"
+    monkeypatch.setattr(engine.store, "new_id", lambda **_: taken)
+    with pytest.raises(IdTaken):  # never a second execution under one id
+        await engine.start("tests.noop", {})
