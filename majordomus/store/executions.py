@@ -200,6 +200,7 @@ class ExecutionStore(StoreBase):
             plan.idempotency_key or "",
             part.index,
             k.partition_count,
+            self.next_token(),
         ]
         answer = await self._create(keys=keys, args=args)
         code = int(answer[0])

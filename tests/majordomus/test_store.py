@@ -12,6 +12,7 @@ from majordomus.config import LIMITS
 from majordomus.engine import Engine
 from majordomus.errors import MajordomusError
 from majordomus.states import STATES, may_move_to
+from majordomus.store.clock import now_stamp
 from majordomus.store.executions import IdTaken, encode
 
 FAILED = encode({"error": {"code": "internal", "message": "x", "correlation_id": "c"}})
@@ -321,7 +322,10 @@ async def test_a_snapshot_keeps_the_first_200_steps_and_counts_the_rest(engine: 
 async def test_a_start_that_draws_a_taken_id_draws_another_and_the_taken_one_is_untouched(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Ids carry 32 random bits a second: thousands of starts a second meet now and then.
+    # Ids carry 32 random bits a second: thousands of starts a second meet now and then,
+    # even within one millisecond (which is no sign of the same call sent again).
+    instant = now_stamp()
+    monkeypatch.setattr("majordomus.store.executions.now_stamp", lambda: instant)
     taken = await queued(engine)
     fresh = "x-20261204T000000Z-0000abcd"
     draws = iter([taken, taken, fresh])

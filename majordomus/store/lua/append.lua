@@ -37,15 +37,17 @@ local prefix, wake, steps_max, token = ARGV[11], ARGV[12], tonumber(ARGV[13]), A
 local lapsed = ARGV[15]
 local FIRST = 15  -- the ARGV index after which the (type, data) pairs begin
 
-local cur = redis.call('HMGET', snap, 'state', 'last_seq', 'steps', 'diagnostics', 'diag_count',
-  'capability', 'conc_limit', 'worker', 'steps_dropped', 'append_token', 'started_ms')
+-- The steps and diagnostics (up to their caps, kilobytes) are read only by a batch that
+-- has a step or a diagnostic in it, not by every report and terminal event.
+local cur = redis.call('HMGET', snap, 'state', 'last_seq', 'diag_count', 'capability',
+  'conc_limit', 'worker', 'steps_dropped', 'append_token', 'started_ms')
 local state = cur[1]
 if not state then return {-1, 0, '', 0} end
 -- The sweeper fails a lost worker's execution only while that worker's lease is lapsed: one
 -- that renewed it since the sweeper looked (back from an outage) keeps what it runs.
 if lapsed ~= '' and redis.call('EXISTS', lapsed) == 1 then return {0, tonumber(cur[2]), state, 0} end
-if token ~= '' and cur[10] then
-  local was, was_code, was_seq, was_applied = string.match(cur[10], '^(.*) (%d) (%d+) (%d+)$')
+if token ~= '' and cur[8] then
+  local was, was_code, was_seq, was_applied = string.match(cur[8], '^(.*) (%d) (%d+) (%d+)$')
   if was == token then
     local answer = {tonumber(was_code), tonumber(was_seq), state, tonumber(was_applied)}
     if read_secret == '1' and answer[4] == n then answer[5] = redis.call('GET', KEYS[7]) end
@@ -53,9 +55,10 @@ if token ~= '' and cur[10] then
   end
 end
 local seq = tonumber(cur[2])
-local steps_json, diags, diag_count = cur[3] or '[]', cur[4], tonumber(cur[5] or '0')
-local capability, conc_limit, owner = cur[6], tonumber(cur[7] or '0') or 0, cur[8]
-local steps_dropped = tonumber(cur[9] or '0') or 0
+local diags, diag_count = nil, tonumber(cur[3] or '0')
+local capability, conc_limit, owner = cur[4], tonumber(cur[5] or '0') or 0, cur[6]
+local steps_dropped = tonumber(cur[7] or '0') or 0
+local function read_steps() return cjson.decode(redis.call('HGET', snap, 'steps') or '[]') end
 local changed_started = nil  -- started_ms of a claim in this very batch
 local steps = nil
 local changed = {}
@@ -121,7 +124,7 @@ for i = 1, n do
           '"correlation_id":"' .. id .. '"}'
       end
       changed[#changed + 1] = 'finished_at'; changed[#changed + 1] = ts
-      local started = cur[11] or changed_started
+      local started = cur[9] or changed_started
       if started then
         changed[#changed + 1] = 'duration_ms'; changed[#changed + 1] = tostring(now - tonumber(started))
       end
@@ -165,7 +168,7 @@ for i = 1, n do
     -- Only the last report of the batch is folded: the snapshot keeps the latest.
     progress = d
   elseif t == 'execution.step.started' then
-    steps = steps or cjson.decode(steps_json)
+    steps = steps or read_steps()
     local s = cjson.decode(d)
     if #steps < steps_max then
       steps[#steps + 1] = {name = s.name, title = s.title, state = 'running', started_at = ts}
@@ -173,7 +176,7 @@ for i = 1, n do
       steps_dropped = steps_dropped + 1
     end
   elseif t == 'execution.step.completed' then
-    steps = steps or cjson.decode(steps_json)
+    steps = steps or read_steps()
     local s = cjson.decode(d)
     local found = nil
     for j = #steps, 1, -1 do
@@ -190,7 +193,12 @@ for i = 1, n do
     end
   elseif t == 'execution.diagnostic' then
     if diag_count < 200 then
-      if diag_count == 0 then diags = '[' .. d .. ']' else diags = string.sub(diags, 1, -2) .. ',' .. d .. ']' end
+      if diag_count == 0 then
+        diags = '[' .. d .. ']'
+      else
+        diags = diags or redis.call('HGET', snap, 'diagnostics')
+        diags = string.sub(diags, 1, -2) .. ',' .. d .. ']'
+      end
       diag_count = diag_count + 1
       changed[#changed + 1] = 'diagnostics'; changed[#changed + 1] = diags
       changed[#changed + 1] = 'diag_count'; changed[#changed + 1] = tostring(diag_count)

@@ -21,16 +21,17 @@
 --       idempotency key's), created data JSON, wake channel, max_concurrency (0: none),
 --       due ms (0: now), due timestamp, priority, its head start ms, fingerprint,
 --       the partition's key base, schedule or '', retry_of or '', attempts before,
---       idempotency key text, the partition's index, the partitions
+--       idempotency key text, the partition's index, the partitions, the call's token
+--       (`next_token`: the same call sent again is known by it)
 -- Answers {ahead}, or {-2, held id, its fingerprint} for a held idempotency key.
 local snap, stream, feed = KEYS[1], KEYS[2], KEYS[3]
 local id, ts, now, feed_max = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local due, head_ms = tonumber(ARGV[16]), tonumber(ARGV[19])
-local was = redis.call('HMGET', snap, 'created_ms', 'ahead')
-if was[1] then
-  -- This very call sent again (its answer was lost and the client retried): the same
-  -- answer. Ids are fresh per start, so any other existing id is an error.
-  if tonumber(was[1]) == now and was[2] then return {tonumber(was[2])} end
+local was = redis.call('HMGET', snap, 'created_by', 'ahead')
+if was[2] then
+  -- This very call sent again (its answer was lost and the client retried; its token says
+  -- so): the same answer. Any other start that drew this id draws another (`IdTaken`).
+  if was[1] == ARGV[28] then return {tonumber(was[2])} end
   return {-1}
 end
 local unused = ARGV[21]
@@ -70,7 +71,7 @@ local fields = {'id', id, 'capability', ARGV[5], 'title', ARGV[6], 'input', ARGV
   'cancellable', ARGV[8], 'actor', ARGV[9], 'state', 'queued', 'created_at', ts,
   'created_ms', ARGV[3], 'last_seq', '2', 'attempt', ARGV[24], 'steps', '[]',
   'diagnostics', '[]', 'diag_count', '0', 'ahead', ahead_s, 'order', order,
-  'priority', ARGV[18], 'qoffset', ARGV[19]}
+  'priority', ARGV[18], 'qoffset', ARGV[19], 'created_by', ARGV[28]}
 local function field(name, value)
   fields[#fields + 1] = name; fields[#fields + 1] = value
 end
