@@ -44,7 +44,7 @@ beat, its fallback poll): about zero."""
 async def run(bench: Bench) -> list[Row]:
     n_delayed = bench.size(200, 20)
     n_pickup = bench.size(300, 20)
-    idle_seconds = 2.0 if bench.quick else 10.0
+    idle_seconds = 1.0 if bench.quick else 10.0
     rng = random.Random(11)
     with EmbeddedRedis() as server:
         own = Bench(server.url, bench.quick, bench.workdir, bench.prefix)

@@ -41,6 +41,13 @@ from workers.settings import MAJORDOMUS_WORKER
 
 log = logging.getLogger("majordomus.worker")
 
+REDIS_TIMEOUT_SLACK_SECONDS = 0.12
+"""How late Redis may end a blocking command whose timeout ran out: it checks them on its
+clock tick (`hz` 10: every 100 ms), so a `BLMOVE` of 0.25 s returns after about 0.30 s."""
+
+MIN_BLOCK_SECONDS = 0.05
+"""A shorter wait in Redis than this is not worth a blocking take: the worker waits here."""
+
 
 class MajordomusWorker(Worker):
     runtime: WorkerRuntime | None = None
@@ -124,6 +131,15 @@ class MajordomusWorker(Worker):
             or not runtime.store.can_block
         ):
             return None
+        head_ms = self._next_due_ms
+        if head_ms is not None:
+            due_in = (head_ms - time.time() * 1000) / 1000
+            if due_in <= timeout + REDIS_TIMEOUT_SLACK_SECONDS:
+                # Delayed work comes due within the wait: Redis ends a blocking wait on its
+                # own clock tick, up to 100 ms late, so the wait there ends before the due
+                # time by that much, and the rest is waited here (to the millisecond).
+                early = due_in - REDIS_TIMEOUT_SLACK_SECONDS
+                return early if early >= MIN_BLOCK_SECONDS else None
         return timeout
 
     def _next_wait(self, fallback: float) -> float:

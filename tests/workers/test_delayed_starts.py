@@ -16,6 +16,7 @@ from majordomus.engine import Engine
 from majordomus.start_options import StartOptions
 from tests.conftest import until
 from tests.workers.test_executions import types_of
+from workers.worker import REDIS_TIMEOUT_SLACK_SECONDS
 
 
 def _ms(stamp: str) -> int:
@@ -49,6 +50,38 @@ async def test_a_delayed_start_waits_queued_with_its_due_time_and_starts_on_time
     started = await _started_ms(engine, snap.id)
     assert started is not None and due <= started < due + 250, started - due
     assert final.due_at == snap.due_at  # kept, so a reader sees how late it started
+
+
+async def test_an_idle_worker_waits_in_redis_only_until_shortly_before_a_start_is_due(
+    engine: Engine, worker: Any
+) -> None:
+    """Redis ends a blocking wait on its clock tick (up to 100 ms late): a worker that waited
+    there until a start's due time would start it that late. Its waits in Redis end before
+    the due time by that slack, and it waits the rest by its own clock, then takes."""
+    store = worker.runtime.store
+    waits: list[tuple[float, float]] = []  # (sent at, epoch s; its timeout, s)
+    original = store.take_blocking
+
+    async def recorded(worker_id: str, token: str, seconds: float) -> Any:
+        waits.append((time.time(), seconds))
+        return await original(worker_id, token, seconds)
+
+    store.take_blocking = recorded
+    try:
+        due = int(time.time() * 1000) + 900
+        snap = await engine.start("tests.noop", {}, options=StartOptions(start_at_ms=due))
+        final = await engine.wait(snap.id, 5000)
+    finally:
+        del store.take_blocking
+    assert final.state == "succeeded"
+    started = await _started_ms(engine, snap.id)
+    assert started is not None and started >= due
+    known = [(sent, seconds) for sent, seconds in waits if sent * 1000 >= _ms(snap.created_at)]
+    assert known, "the idle worker waited in Redis once it knew of the start"
+    slack_ms = REDIS_TIMEOUT_SLACK_SECONDS * 1000
+    for sent, seconds in known:
+        if sent * 1000 < due:
+            assert (sent + seconds) * 1000 <= due - slack_ms + 5, (sent, seconds, due)
 
 
 async def test_delay_ms_and_start_at_over_http_shape_start_at_the_later_of_the_two(
