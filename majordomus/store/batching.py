@@ -109,8 +109,6 @@ class BatchedScript:
         return answers
 
     async def _send_all(self, batch: list[Call]) -> list[Any]:
-        if not self.script.sha:
-            self.script.sha = await self.redis.script_load(self.script.script)
         async with self.redis.pipeline(transaction=False) as pipe:
             for keys, args, _ in batch:
                 pipe.execute_command("EVALSHA", self.script.sha, len(keys), *keys, *args)

@@ -369,7 +369,8 @@ class ExecutionStore(StoreBase):
         if is_cluster(self.redis):
             return self.redis.pipeline(transaction=False)
         if self._page_callbacks is None:
-            callbacks: Any = type(self.redis.response_callbacks)(self.redis.response_callbacks)  # type: ignore[call-arg]
+            kind: Any = type(self.redis.response_callbacks)  # redis-py's CaseInsensitiveDict
+            callbacks = kind(self.redis.response_callbacks)
             callbacks.pop("XRANGE", None)
             self._page_callbacks = callbacks
         return Pipeline(self.redis.connection_pool, self._page_callbacks, False, None)

@@ -103,11 +103,7 @@ local keep = ARGV[12]
 if not ready then keep = string.format('%.0f', tonumber(ARGV[12]) + (at - now)) end
 if ARGV[11] ~= '' then redis.call('SET', KEYS[6], ARGV[11], 'PX', keep) end
 if ready then
-  if head_ms == 0 then
-    redis.call('ZADD', KEYS[7], ARGV[3], id)
-  else
-    redis.call('ZADD', KEYS[7], string.format('%.0f', qscore), id)
-  end
+  redis.call('ZADD', KEYS[7], string.format('%.0f', qscore), id)
 else
   redis.call('ZADD', KEYS[9], ARGV[16], id)
 end
