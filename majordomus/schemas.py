@@ -426,8 +426,25 @@ def _is_sensitive(node: dict[str, Any]) -> bool:
     )
 
 
+@cache
+def has_sensitive(tp: Any) -> bool:
+    """Whether any member of `tp`'s schema, however deep, is marked sensitive: without one
+    an input has nothing to redact and holds no secret (the usual case, answered once)."""
+
+    def any_in(node: Any) -> bool:
+        if isinstance(node, dict):
+            return _is_sensitive(node) or any(any_in(v) for v in node.values())
+        if isinstance(node, list):
+            return any(any_in(v) for v in node)
+        return False
+
+    return any_in(schema_of(tp))
+
+
 def redact(tp: Any, value: Any) -> Any:
     """The value with every schema-marked sensitive member replaced by `«redacted»`."""
+    if not has_sensitive(tp):
+        return value
     schema = schema_of(tp)
     return _redact(schema, schema, value)
 
@@ -481,6 +498,8 @@ def secret_values(tp: Any, value: Any) -> frozenset[str]:
     as the worker reads it); text that does not decode, or an input nested deeper than
     `MAX_INPUT_DEPTH`, holds none that could be found.
     """
+    if not has_sensitive(tp):
+        return frozenset()
     if isinstance(value, bytes | bytearray | memoryview):
         try:
             value = msgspec.json.decode(value)

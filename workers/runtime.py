@@ -20,7 +20,8 @@ import os
 import secrets
 import socket
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -44,6 +45,7 @@ from majordomus.store.workers import Presence
 from majordomus.sweeper import Sweeper, concurrency_of, failed_data
 
 log = logging.getLogger("majordomus.worker")
+T = TypeVar("T")
 
 SUBSCRIBE_WAIT_SECONDS = 10.0
 """How long a starting worker waits for its signal subscription before it polls without."""
@@ -67,16 +69,49 @@ def _report(ctx: ExecutionContext, diag: ExecutionDiagnostic) -> None:
 
 
 class Running:
-    """One execution this worker is running."""
+    """One execution this worker is running.
+
+    Its handler runs in the execution's own task (`MajordomusWorker._start`), not in one of
+    its own: a task more would cost a turn of the event loop between the take and the
+    handler. So the handler is stopped (a cancel ignored past its grace, an execution ended
+    elsewhere) by cancelling that task while the handler runs (`stop_handler`), and the
+    runner tells those cancels (`stops`: it goes on to write the end) from the worker's own
+    teardown (it stops)."""
 
     def __init__(self, ctx: ExecutionContext, capability: str, slot: bool) -> None:
         self.ctx = ctx
         self.capability = capability
         self.slot = slot
         self.task: asyncio.Task[Any] | None = None
+        """The execution's task, while its handler runs (None before and after)."""
+        self.stops = 0
+        """How many times `stop_handler` cancelled the handler (not the worker's teardown)."""
         self.force_timer: asyncio.TimerHandle | None = None
         self.forgotten = False
         """Redis was found not to know it (said once in the log, by the beat)."""
+
+    async def handler(self, running: Awaitable[T]) -> T:
+        """Await the handler in this task: `stop_handler` cancels it only meanwhile, and its
+        cancel is taken back once it has reached the handler, so that only the worker's
+        own teardown is left pending on the task."""
+        me = asyncio.current_task()
+        self.task = me
+        try:
+            return await running
+        finally:
+            self.task = None
+            for _ in range(min(self.stops, me.cancelling() if me is not None else 0)):
+                me.uncancel()  # type: ignore[union-attr]
+
+    def stop_handler(self) -> bool:
+        """Cancel the handler if it is still running (never the end being written after
+        it); True when it was."""
+        task = self.task
+        if task is None or task.done():
+            return False
+        self.stops += 1
+        task.cancel()
+        return True
 
 
 class WorkerRuntime:
@@ -168,9 +203,8 @@ class WorkerRuntime:
 
     def _force_stop(self, execution_id: str) -> None:
         run = self.running.get(execution_id)
-        if run is not None and run.task is not None and not run.task.done():
+        if run is not None and run.stop_handler():
             log.warning("execution_id=%s ignored its cancel flag; stopping it", execution_id)
-            run.task.cancel()
 
     async def beat(self) -> None:
         """Renew the lease and publish presence (id, host, pid, started, running, last beat)."""
@@ -238,8 +272,7 @@ class WorkerRuntime:
                 if state is None and not run.forgotten:
                     run.forgotten = True
                     self._forgotten.append(execution_id)
-                if run.task is not None and not run.task.done():
-                    run.task.cancel()
+                run.stop_handler()
         self._say_forgotten()
 
     def _say_forgotten(self) -> None:
@@ -304,10 +337,8 @@ class WorkerRuntime:
         try:
             value: Any = msgspec.json.decode(secret or b"{}", type=cap.input)
             # Held at its awaits while its reports wait past their bound (`ctx.held`).
-            handler = asyncio.ensure_future(ctx.held(call_handler(cap, ctx, value)))
-            run.task = handler
             try:
-                output = await handler
+                output = await run.handler(ctx.held(call_handler(cap, ctx, value)))
             except ExecutionCancelled as exc:
                 return await self._end_cancelled(ctx, exc, cap, secret)
             except asyncio.CancelledError as exc:
