@@ -93,7 +93,9 @@ async def test_a_lone_call_is_sent_at_once_and_the_ones_made_meanwhile_together(
         assert not first.done()
         later = [asyncio.ensure_future(store.append(execution_id, [LOG])) for _ in range(5)]
         await asyncio.gather(first, *later)
-        assert connections_made(client) == 2  # the five together, beside the first
+        # The five together: beside the first while it is out, or on its connection when
+        # its answer came back first (five sent apart would have needed more).
+        assert connections_made(client) in (1, 2)
     finally:
         await client.aclose()
     assert sorted(f.result().last_sequence for f in [first, *later]) == [5, 6, 7, 8, 9, 10]
