@@ -229,9 +229,12 @@ class Sweeper:
     async def tick(self) -> int | None:
         """Take or renew the lock; holding it, sweep once (and prune when due). Answers
         how many executions were failed, or None when another process is the sweeper."""
+        held = self.holding
         self.holding = await self.store.hold_sweeper_lock(
-            self.holder, self.lock_ms, renew=self.holding
+            self.holder, self.lock_ms, renew=held
         )
+        if self.holding != held:
+            self._say_turn(held)
         if not self.holding:
             return None
         self._renewed_at = time.monotonic()
@@ -317,7 +320,17 @@ class Sweeper:
             return self.holding
         self.holding = await self.store.hold_sweeper_lock(self.holder, self.lock_ms, renew=True)
         self._renewed_at = time.monotonic()
+        if not self.holding:
+            self._say_turn(True)
         return self.holding
+
+    def _say_turn(self, was_holding: bool) -> None:
+        """One line when this process becomes the sweeper, or stops being it (an operator
+        reading a late sweep wants to know who held the lock, and since when)."""
+        if was_holding:
+            log.info("%s is no longer the sweeper (its lock lapsed or was taken)", self.holder)
+        else:
+            log.info("%s is the sweeper now", self.holder)
 
     # -- one lost attempt -------------------------------------------------------------
 

@@ -69,6 +69,18 @@ def note(text: str) -> None:
     print(f"[faults] {text}")
 
 
+CALL_FAILED = pytest.StashKey[bool]()
+"""Set on a test whose call failed: its scenario prints what its processes logged."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.when == "call" and report.failed:
+        item.stash[CALL_FAILED] = True
+    return report
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if FIGURES:
         terminalreporter.section("fault figures")
@@ -563,6 +575,13 @@ class Scenario:
             )
         return verdict
 
+    def print_logs(self, lines: int = 40) -> None:
+        """The end of every process's log (a failed scenario's report shows them)."""
+        for child in self.children:
+            state = "killed" if child.killed else ("alive" if child.alive else "exited")
+            print(f"--- {child.name} ({state}), the last {lines} lines of its log ---")
+            print(child.output(lines))
+
     async def close(self) -> None:
         for child in self.children:
             child.close()
@@ -665,6 +684,8 @@ async def scenario(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncItera
     try:
         yield s
     finally:
+        if request.node.stash.get(CALL_FAILED, False):
+            s.print_logs()
         await s.close()
 
 

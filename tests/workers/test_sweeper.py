@@ -133,6 +133,24 @@ async def test_a_holder_that_dies_loses_the_lock_after_its_time(
     assert await dead.tick() is None  # it cannot take it back while the heir renews it
 
 
+async def test_a_process_says_once_when_it_becomes_the_sweeper_and_when_it_stops_being_it(
+    engine: Engine, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    dead = Sweeper(engine.store, settings, "test:dead")
+    heir = Sweeper(engine.store, settings, "test:heir")
+    caplog.set_level(logging.INFO, logger="majordomus.sweeper")
+    assert await dead.tick() == 0 and await dead.tick() == 0  # taken, then renewed
+    await engine.redis.delete(engine.store.keys.sweeper_lock)  # as if it lapsed
+    assert await heir.tick() == 0
+    assert await dead.tick() is None
+    lines = [r.getMessage() for r in caplog.records if r.name == "majordomus.sweeper"]
+    assert lines == [
+        f"{dead.holder} is the sweeper now",
+        f"{heir.holder} is the sweeper now",
+        f"{dead.holder} is no longer the sweeper (its lock lapsed or was taken)",
+    ]
+
+
 async def test_the_api_takes_over_from_a_worker_that_stops_and_releases_on_shutdown(
     redis: Any, engine: Engine, settings: Settings
 ) -> None:
