@@ -23,7 +23,7 @@ from redis.asyncio.client import Pipeline
 
 from majordomus.config import LIMITS, Settings
 from majordomus.ids import new_execution_id
-from majordomus.priorities import HEAD_START
+from majordomus.priorities import HEAD_START, tie_rank
 from majordomus.store.base import StoreBase
 from majordomus.store.batching import BatchedScript
 from majordomus.store.clock import now_stamp, stamp_of
@@ -212,6 +212,7 @@ class ExecutionStore(StoreBase):
             part.index,
             k.partition_count,
             self.next_token(),
+            tie_rank(plan.priority, aging_ms),
         ]
         answer = await self._create(keys=keys, args=args)
         code = int(answer[0])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import shutil
@@ -675,18 +676,59 @@ async def _answers(url: str) -> bool:
         return False
 
 
+class GcPauses:
+    """The test process's garbage collections while a scenario runs: the proxies between
+    its processes and Redis are threads of this process, so a long collection here stalls
+    every process's Redis traffic, which the scenario would take for the system's fault.
+    The heap the suite built before the scenario is frozen out of the collections
+    (`gc.freeze`), and the longest pause is said when it is long."""
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self.generation = 0
+        self._began = 0.0
+
+    def __enter__(self) -> GcPauses:
+        gc.collect()
+        gc.freeze()
+        gc.callbacks.append(self._track)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._track)
+        gc.unfreeze()
+
+    def _track(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+            return
+        took = time.perf_counter() - self._began
+        if took > self.longest:
+            self.longest, self.generation = took, int(info.get("generation", 0))
+
+
+LONG_GC_SECONDS = 0.2
+"""A collection pause of the test process worth saying in the figures."""
+
+
 @pytest.fixture
 async def scenario(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Scenario]:
     """A fresh Redis (restartable with its data) and a place for the scenario's processes;
     every child is killed and every proxy closed at the end, pass or fail."""
     redis = RedisServer(persistent=True).start()
     s = Scenario(redis, tmp_path, request.node.name)
-    try:
-        yield s
-    finally:
-        if request.node.stash.get(CALL_FAILED, False):
-            s.print_logs()
-        await s.close()
+    with GcPauses() as pauses:
+        try:
+            yield s
+        finally:
+            if request.node.stash.get(CALL_FAILED, False):
+                s.print_logs()
+            await s.close()
+    if pauses.longest > LONG_GC_SECONDS:
+        note(
+            f"{request.node.name}: the test process paused {pauses.longest:.2f}s in a "
+            f"collection of generation {pauses.generation} (its proxies stalled meanwhile)"
+        )
 
 
 @contextlib.asynccontextmanager

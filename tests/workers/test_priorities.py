@@ -6,6 +6,7 @@ starved: after twice `MAJORDOMUS_PRIORITY_AGING_SECONDS` it is ahead of newer `h
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from majordomus.engine import Engine
@@ -96,3 +97,51 @@ async def test_an_unknown_priority_is_refused_by_shape(engine: Engine) -> None:
     else:
         raise AssertionError("an unknown priority was accepted")
     assert await engine.redis.zcard(engine.store.keys.partitions[0].queue) == 0
+
+
+async def test_entries_of_one_place_are_taken_in_the_order_they_were_created(
+    redis: Any, redis_url: str
+) -> None:
+    """Without aging every level stands where it came (one head start, one rank), so a
+    burst mixing the levels is served as it was created; with aging, a place is shared
+    only by entries of different levels created apart, served oldest first."""
+    levels = [HIGH, LOW, StartOptions(priority="normal")]
+    flat = Engine(redis, REGISTRY, make_settings(redis_url, priority_aging_seconds=0.0))
+    ids = [
+        s.id
+        for s in await asyncio.gather(
+            *(flat.start("tests.noop", {}, options=levels[i % 3]) for i in range(60))
+        )
+    ]
+    order = [int(f[0]) for f in await flat.store.snapshot_fields(ids, ["order"])]
+    created = [i for _, i in sorted(zip(order, ids, strict=True))]
+    taken: list[str] = []
+    while len(taken) < 60:
+        taken += [t.execution_id for t in (await take(flat, count=4)).taken]
+    assert taken == created
+    # Aging of 4 ms: a low entry created at t and a high one created at t + 8 ms share a
+    # place; the low one, created first, is taken first, whatever their ids.
+    aged = Engine(redis, REGISTRY, make_settings(redis_url, priority_aging_seconds=0.004))
+    part = aged.store.keys.partitions[0]
+    pairs: list[tuple[str, str]] = []
+    shared: list[tuple[str, str]] = []
+    for _ in range(200):  # until a few pairs landed 8 ms apart by Redis' clock
+        low = await aged.start("tests.noop", {}, options=LOW)
+        [[raw]] = await aged.store.snapshot_fields([low.id], ["order"])
+        low_ms = int(raw or 0) // 1024
+        while time.time() * 1000 < low_ms + 8:  # the same machine's clock as Redis'
+            await asyncio.sleep(0.0005)
+        high = await aged.start("tests.noop", {}, options=HIGH)
+        pairs.append((low.id, high.id))
+        lo_score = await redis.zscore(part.queue, low.id)
+        hi_score = await redis.zscore(part.queue, high.id)
+        if int(lo_score) == int(hi_score):
+            shared.append((low.id, high.id))
+            assert lo_score < hi_score
+            if len(shared) == 3:
+                break
+    assert shared, "no low and high entry shared a place: nothing shown"
+    taken = []
+    while len(taken) < 2 * len(pairs):
+        taken += [t.execution_id for t in (await take(aged, count=40)).taken]
+    assert all(taken.index(lo) < taken.index(hi) for lo, hi in shared)

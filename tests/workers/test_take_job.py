@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -278,3 +279,32 @@ async def test_a_take_cut_short_by_redis_keeps_the_slots_and_its_token(worker: A
     # same order): its answer, if it was carried out, comes back.
     assert len(tokens) == 2 and tokens[0] == tokens[1], tokens
     assert tokens[0][1] == "x-20261203T000000Z-0000000a"
+
+
+async def test_a_burst_of_starts_gets_one_score_each_and_a_take_reads_only_what_it_takes(
+    private_engine: Engine,
+) -> None:
+    """Starts made together share a millisecond, so a place; the fraction of their score
+    orders them as they were created, so a take serves the head of the queue in score
+    order without reading the snapshots of the entries that would tie at its edge (it
+    used to read every one of a place, some ten per take in a burst)."""
+    engine, redis = private_engine, private_engine.redis
+    ids = [s.id for s in await asyncio.gather(*(engine.start("tests.noop", {}) for _ in range(200)))]
+    part = engine.store.keys.partitions[0]
+    entries = await redis.zrange(part.queue, 0, -1, withscores=True)
+    scores = [score for _, score in entries]
+    assert len(set(scores)) == len(scores) == 200
+    places = Counter(int(score) for score in scores)
+    assert max(places.values()) > 1, "the burst never shared a millisecond: nothing shown"
+    by_score = [m.decode() for m, _ in entries]
+    orders = [int(f[0]) for f in await engine.store.snapshot_fields(by_score, ["order"])]
+    assert orders == sorted(orders), "the queue's score order is not the order of creation"
+    assert sorted(ids, key=by_score.index) == by_score
+    await redis.config_resetstat()
+    taken: list[str] = []
+    while len(taken) < 200:
+        taken += [t.execution_id for t in (await take(engine, count=3)).taken]
+    assert taken == by_score
+    stats = await redis.info("commandstats")
+    # One snapshot read per execution taken (its state, capability, limit, order...).
+    assert stats["cmdstat_hmget"]["calls"] == 200

@@ -5,8 +5,9 @@
 -- The same call sent twice creates one execution and answers both alike.
 --
 -- Due now, it enters the ready queue at its place (`qscore`: now, less its priority's head
--- start, `majordomus.priorities`); due later, the delayed set, scored by its due time, from
--- which the take moves it to that place when it is due. An idempotency key held by an
+-- start, `majordomus.priorities`), with a fraction of a millisecond more that orders the
+-- entries of one place as they were created (see `tie`); due later, the delayed set, scored
+-- by its due time, from which the take moves it to that place when it is due. An idempotency key held by an
 -- execution that still exists answers that execution instead, whoever asks: the key and
 -- the execution are written in this one step, so two racing starts with one key create one.
 -- A retry (`retry_of`) names the attempt it retries, which is told `retried_as` here too.
@@ -22,7 +23,8 @@
 --       due ms (0: now), due timestamp, priority, its head start ms, fingerprint,
 --       the partition's key base, schedule or '', retry_of or '', attempts before,
 --       idempotency key text, the partition's index, the partitions, the call's token
---       (`next_token`: the same call sent again is known by it)
+--       (`next_token`: the same call sent again is known by it), the rank of its head start
+--       among the levels' (`majordomus.priorities.tie_rank`)
 -- Answers {ahead}, or {-2, held id, its fingerprint} for a held idempotency key.
 local snap, stream, feed = KEYS[1], KEYS[2], KEYS[3]
 local id, ts, now, feed_max = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
@@ -45,23 +47,46 @@ if KEYS[10] ~= unused then
   end
 end
 local ready = due <= now
-local at = now
+-- The server's millisecond, not the caller's: the order of creation and a ready entry's
+-- place follow the order the starts reached Redis in, whichever process (and clock) sent
+-- each (one running behind would otherwise have its starts tie, `tie` below).
+local t = redis.call('TIME')
+local snow = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local at = snow
 if not ready then at = due end
 local qscore = at - head_ms
--- Ahead: what the take serves first, every entry at or before its place (one at the same
--- place was created before it, so comes first); for a delayed one, as things stand now.
-local ahead = redis.call('ZCOUNT', KEYS[7], '-inf', qscore)
-if not ready then ahead = ahead + redis.call('ZCOUNT', KEYS[9], '-inf', due) end
 -- Its place in the order of creation: epoch ms times 1024, kept rising within the
 -- partition (so newest-first is exact here) and congruent to the partition's index modulo
 -- the partitions (so no two partitions give one place): the lists of every partition
 -- merge into one, and a place is a cursor. Written with %.0f: Lua would round it to 14
 -- digits.
 local part, parts = tonumber(ARGV[26]), tonumber(ARGV[27])
-local order = math.max(now * 1024, (tonumber(redis.call('GET', KEYS[8])) or 0) + 1)
-order = order + (part - order % parts) % parts
-order = string.format('%.0f', order)
+local order_n = math.max(snow * 1024, (tonumber(redis.call('GET', KEYS[8])) or 0) + 1)
+order_n = order_n + (part - order_n % parts) % parts
+local order = string.format('%.0f', order_n)
 redis.call('SET', KEYS[8], order)
+-- The tie: the entries of one place, in the order they were created. Entries of one
+-- place created in one millisecond are of one level (its head start fixes the ms) and
+-- follow their order's rise within the ms (`sub`); created in different ones, they are of
+-- different levels, the earlier created the one with the lower head start (`ARGV[29]`, its
+-- rank). So the place plus (rank * 1024 + sub) / 4096 orders them as created, and a take
+-- reading the queue's head in score order needs no snapshot to break a tie (take.lua still
+-- breaks one by the order, for the entries that can share a score: those moved back in,
+-- scored on the millisecond, and a sub past 1023). Exact in a double while a place is
+-- below 2^41 ms (the year 2039; later, rounding can only make ties, never swap two).
+local sub = math.min(order_n - snow * 1024, 1023)
+local tie = (tonumber(ARGV[29]) * 1024 + sub) / 4096
+local place = string.format('%.0f', qscore)
+if tie > 0 then place = string.format('%.12f', qscore + tie) end
+-- Ahead: what the take serves first, every entry at or before its score (one on the same
+-- score was created before it, so comes first); for a delayed one, as things stand now.
+local ahead
+if ready then
+  ahead = redis.call('ZCOUNT', KEYS[7], '-inf', place)
+else
+  ahead = redis.call('ZCOUNT', KEYS[7], '-inf', qscore)
+  ahead = ahead + redis.call('ZCOUNT', KEYS[9], '-inf', due)
+end
 -- Numbers reach Redis as the strings they came as: Redis formats a Lua number argument
 -- with snprintf('%.17g'), which costs more than most of the commands here. The empty
 -- steps and diagnostics are written (append.lua reads them; a worker of the release
@@ -103,7 +128,7 @@ local keep = ARGV[12]
 if not ready then keep = string.format('%.0f', tonumber(ARGV[12]) + (at - now)) end
 if ARGV[11] ~= '' then redis.call('SET', KEYS[6], ARGV[11], 'PX', keep) end
 if ready then
-  redis.call('ZADD', KEYS[7], string.format('%.0f', qscore), id)
+  redis.call('ZADD', KEYS[7], place, id)
 else
   redis.call('ZADD', KEYS[9], ARGV[16], id)
 end

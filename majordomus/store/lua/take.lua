@@ -108,9 +108,11 @@ for i = 1, #ripe, 2 do
   redis.call('ZADD', queue, tonumber(ripe[i + 1]) - (tonumber(off or '0') or 0), ripe[i])
   redis.call('ZREM', delayed, ripe[i])
 end
--- The head of the line: by place, then by creation order (entries of one place tie in the
--- sorted set, which orders them by id). A full batch also reads every other entry at its
--- last place, so a tie at its edge is broken rightly.
+-- The head of the line: by place, then by creation order. A start's score carries its rank
+-- within its place in its fraction (`create.lua`), so scores rarely tie; those that can
+-- (entries moved in on the millisecond: due delayed ones, slots freed; a burst past 1024
+-- starts in a millisecond) tie in the sorted set, which orders them by id, so a full batch
+-- also reads every other entry of its last score, and a tie at its edge is broken rightly.
 local due = {}
 if count > 0 then due = redis.call('ZRANGE', queue, 0, count - 1, 'WITHSCORES') end
 local seen = {}
