@@ -302,9 +302,27 @@ async def test_a_burst_of_starts_gets_one_score_each_and_a_take_reads_only_what_
     assert sorted(ids, key=by_score.index) == by_score
     await redis.config_resetstat()
     taken: list[str] = []
+    takes = 0
     while len(taken) < 200:
         taken += [t.execution_id for t in (await take(engine, count=3)).taken]
+        takes += 1
     assert taken == by_score
     stats = await redis.info("commandstats")
-    # One snapshot read per execution taken (its state, capability, limit, order...).
+    # One snapshot read per execution taken (its state, capability, limit, order...), and
+    # one look at the delayed set per take: no read of a tie at a batch's edge.
     assert stats["cmdstat_hmget"]["calls"] == 200
+    assert stats["cmdstat_zrangebyscore"]["calls"] == takes
+
+
+async def test_entries_that_share_a_score_are_still_taken_oldest_first(engine: Engine) -> None:
+    """Entries moved into the queue on the millisecond (due delayed starts, freed slots)
+    can share a score, which the sorted set orders by id: a batch ending among them still
+    takes the oldest created."""
+    ids = [(await engine.start("tests.noop", {})).id for _ in range(12)]
+    queue = engine.store.keys.partitions[0].queue
+    await engine.redis.zadd(queue, dict.fromkeys(ids, 1_000))  # one score, as if moved in
+    assert await queue_of(engine) == sorted(ids) != ids  # by id, not as created
+    taken: list[str] = []
+    while len(taken) < 12:
+        taken += [t.execution_id for t in (await take(engine, count=5)).taken]
+    assert taken == ids

@@ -133,9 +133,11 @@ else
   redis.call('ZADD', KEYS[9], ARGV[16], id)
 end
 -- An idle worker waiting on the wake-up list takes it now (its take is queued behind its
--- blocking pop), or, due later, learns when to wake; kept short (trimmed only when past
--- 16): a wake-up nobody waits for costs one empty take.
-if redis.call('LPUSH', KEYS[12], id) > 16 then redis.call('LTRIM', KEYS[12], 0, 15) end
+-- blocking pop), or, due later, learns when to wake; kept short (back to 16 once past 32,
+-- so a burst with every worker busy trims it once in 16 starts, not at each): a wake-up
+-- nobody waits for costs one empty take, and the take that leaves the queue empty drops
+-- them all.
+if redis.call('LPUSH', KEYS[12], id) > 32 then redis.call('LTRIM', KEYS[12], 0, 15) end
 if KEYS[10] ~= unused then redis.call('SET', KEYS[10], id .. ' ' .. ARGV[20], 'PX', keep) end
 if KEYS[11] ~= unused and redis.call('EXISTS', KEYS[11]) == 1 then
   redis.call('HSET', KEYS[11], 'retried_as', id)
