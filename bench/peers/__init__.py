@@ -35,8 +35,13 @@ and stopped here, so its `INFO cpu` counts this work alone), emptied before each
   time the job's function recorded as it began (its result; majordomus: `bench.stamp`'s
   output) minus the time just before the enqueue, same machine, same clock.
 Rows compare majordomus with each peer (ratio = majordomus / peer); the best peer of each
-figure is marked `(best peer)`. Only a single round of each: the machine is shared, so
-read ratios, not absolute figures. Nothing here measures events, followers or real work.
+figure is marked `(best peer)`. A full run measures every side `PEER_ROUNDS` times, the
+order of the sides turned by one each round (so none is always first after an idle
+machine, or last after the others' heat), and each figure is the median of its rounds: on
+this shared machine one round of a side could land in a slow minute and swing a ratio by
+half (two single-round runs 6 minutes apart on 2026-12-05: majordomus' Redis CPU per job
+131 then 180 us, its drain 6,275 then 3,852 jobs/s). Read ratios, not absolute figures.
+Nothing here measures events, followers or real work.
 """
 
 from __future__ import annotations
@@ -592,27 +597,70 @@ async def run(bench: Bench) -> list[Row]:
         return []
     server = EmbeddedRedis().start()
     own = dataclasses.replace(bench, redis_url=server.url)
-    figures: Figures = {}
+    rounds = bench.size(PEER_ROUNDS, 1)
+    found: dict[str, list[dict[str, float]]] = {}
+    failed: set[str] = set()
     try:
         async with own.engine() as engine:
             runners: list[Runner] = [OursRunner(own, engine), *(PeerRunner(p, own) for p in peers)]
-            for runner in runners:
-                try:
-                    figures[runner.label] = await measure(runner, own)
-                except RuntimeError as exc:
-                    bench.note(f"peers: {runner.label} failed: {str(exc)[:800]}")
+            for turn in range(rounds):
+                for runner in rotated(runners, turn):
+                    if runner.label in failed:
+                        continue
+                    try:
+                        found.setdefault(runner.label, []).append(await measure(runner, own))
+                    except RuntimeError as exc:
+                        failed.add(runner.label)
+                        found.pop(runner.label, None)
+                        bench.note(f"peers: {runner.label} failed: {str(exc)[:800]}")
     finally:
         server.stop()
-    _note_figures(bench, figures, server.binary)
+    figures = {label: medians(each) for label, each in found.items()}
+    _note_figures(bench, figures, found, server.binary, rounds)
     return rows_of(figures)
 
 
-def _note_figures(bench: Bench, figures: Figures, binary: str) -> None:
-    for label, found in figures.items():
-        shown = "; ".join(f"{k} {v:,.1f}" for k, v in found.items())
+PEER_ROUNDS = 3
+"""Rounds of every side in a full run (a quick run makes one)."""
+
+
+def rotated(runners: list[Runner], turn: int) -> list[Runner]:
+    """The sides in the order of round `turn`: the first of the last round goes last."""
+    k = turn % len(runners)
+    return runners[k:] + runners[:k]
+
+
+def medians(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the rounds that have it (a NaN, a figure a side could not
+    give, is left out unless every round gave one)."""
+    names = dict.fromkeys(name for found in rounds for name in found)
+    out: dict[str, float] = {}
+    for name in names:
+        values = sorted(v for found in rounds if not math.isnan(v := found.get(name, math.nan)))
+        out[name] = percentile(values, 50) if values else math.nan
+    return out
+
+
+def _note_figures(
+    bench: Bench,
+    figures: Figures,
+    found: dict[str, list[dict[str, float]]],
+    binary: str,
+    rounds: int,
+) -> None:
+    for label, median in figures.items():
+        shown = "; ".join(f"{k} {v:,.1f}" for k, v in median.items())
         bench.note(f"peers: {label}: {shown}.")
+        if len(found[label]) > 1:
+            each = "; ".join(
+                f"{metric.name} "
+                + " ".join(f"{r.get(metric.name, math.nan):,.1f}" for r in found[label])
+                for metric in (DRAIN_1, REDIS_ALL, PICKUP_50)
+            )
+            bench.note(f"peers: {label}, round by round: {each}.")
     bench.note(
-        f"peers: N = {bench.size(20_000, 100)} no-op jobs a round, one round each, pick-up "
-        f"{bench.size(300, 5)} jobs; on a {Path(binary).name} of the scenario's own; "
-        "jobs/s = N / (workers' gate opening .. N-th job finished); CPU per job over that drain."
+        f"peers: N = {bench.size(20_000, 100)} no-op jobs a round, {rounds} round(s) of every "
+        f"side in turned order, medians shown; pick-up {bench.size(300, 5)} jobs a round; on "
+        f"a {Path(binary).name} of the scenario's own; jobs/s = N / (workers' gate opening "
+        ".. N-th job finished); CPU per job over that drain."
     )

@@ -114,3 +114,19 @@ def test_every_peer_has_its_side_script() -> None:
     for peer in peers.PEERS:
         assert peer.script.exists(), peer.script
     assert (peers.HERE / "majordomus_side.py").exists()
+
+
+def test_every_side_leads_a_round_in_turn_and_a_figure_is_its_rounds_median() -> None:
+    sides = ["ours", "arq", "saq"]
+    orders = [peers.rotated(sides, turn) for turn in range(3)]  # type: ignore[arg-type]
+    assert orders == [["ours", "arq", "saq"], ["arq", "saq", "ours"], ["saq", "ours", "arq"]]
+    assert {order[0] for order in orders} == set(sides)
+    rounds = [
+        {peers.DRAIN_1.name: 900.0, peers.PICKUP_50.name: float("nan")},
+        {peers.DRAIN_1.name: 3000.0, peers.PICKUP_50.name: 2.0},
+        {peers.DRAIN_1.name: 1000.0, peers.PICKUP_50.name: 4.0},
+    ]
+    median = peers.medians(rounds)
+    assert median[peers.DRAIN_1.name] == 1000.0  # one slow minute does not move it
+    assert median[peers.PICKUP_50.name] == 3.0  # a round without the figure is left out
+    assert math.isnan(peers.medians([{peers.PICKUP_50.name: float("nan")}])[peers.PICKUP_50.name])
