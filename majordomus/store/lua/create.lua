@@ -7,9 +7,10 @@
 -- Due now, it enters the ready queue at its place (`qscore`: now, less its priority's head
 -- start, `majordomus.priorities`), with a fraction of a millisecond more that orders the
 -- entries of one place as they were created (see `tie`); due later, the delayed set, scored
--- by its due time, from which the take moves it to that place when it is due. An idempotency key held by an
--- execution that still exists answers that execution instead, whoever asks: the key and
--- the execution are written in this one step, so two racing starts with one key create one.
+-- by its due time, from which the take moves it to that place when it is due. An
+-- idempotency key held by an execution that still exists answers that execution instead,
+-- whoever asks: the key and the execution are written in this one step, so two racing
+-- starts with one key create one.
 -- A retry (`retry_of`) names the attempt it retries, which is told `retried_as` here too.
 --
 -- KEYS: snapshot, events, feed, idx:all, idx:queued, secret input, queue, the creation
