@@ -167,10 +167,15 @@ class WorkerRuntime:
         backs off and subscribes again; a cancel published meanwhile is caught by the beat.
         """
         failures = Failures(log, "the signal listener", cap=LISTENER_RETRY_CAP_SECONDS)
+        # Where a worker with room waits in Redis for a start (`can_block`), the wake-up
+        # list is its signal: hearing the channel too would put a message to read on the
+        # path from every start to its handler. The channel stays for the other layouts and
+        # for the workers of a release before this one (rolling upgrades).
+        wake = not self.store.can_block
         while True:
             signals = None
             try:
-                signals = await self.store.subscribe_signals()
+                signals = await self.store.subscribe_signals(wake=wake)
                 subscribed.set()
                 self.wake.set()  # anything enqueued while we were not listening
                 failures.recovered()

@@ -5,9 +5,10 @@ loop, its counters, health record and signal handling, and replaces the wait bet
 polls: it sleeps until a wake-up signal (published by every start, and set when a slot
 frees), the next deferred job is due, or the long-poll fallback passes. So a start is
 picked up within milliseconds and an idle worker makes one small query a second.
-On one Redis with one partition an idle worker waits in Redis instead: a blocking pop of the
-wake-up list with its take behind it in the same write (`QueueStore.take_blocking`), so a
-start reaches it already taken, in one message rather than a signal and then a take. SIGTERM
+On one Redis with one partition a worker with room (a free slot) waits in Redis instead: a
+blocking pop of the wake-up list with its take behind it in the same write
+(`QueueStore.take_blocking`), so a start reaches it already taken, in one message rather
+than a signal and then a take; there the wake-up list is the only signal it heeds. SIGTERM
 stops taking work, lets running executions finish for `MAJORDOMUS_SHUTDOWN_GRACE`, then
 cancels them (`by: "server"`).
 
@@ -75,9 +76,10 @@ class MajordomusWorker(Worker):
     so it visits the partitions the first send may have taken from, in the same order."""
     _next_due_ms: float | None = None
     """When the queue's first entry is due, as the last take saw it."""
-    _became_idle = False
-    """The last running execution ended, with no due work left behind: the poll loop goes
-    on to wait in Redis (a start meanwhile left a wake-up there, so none is missed)."""
+    _room_made = False
+    """A slot freed while the poll loop waited here (this worker was full), with no due
+    work left behind: the loop goes on to wait in Redis (a start meanwhile left a wake-up
+    there, so none is missed)."""
     _block: float | None = None
     """How long this poll's take may wait in Redis (`_block_for`), None for a plain take."""
     _not_blocking: asyncio.Event | None = None
@@ -128,19 +130,20 @@ class MajordomusWorker(Worker):
                 failures.recovered()
             if block is None:  # else the next poll's take waits, in Redis
                 await within(timeout, runtime.wake.wait())
-                if self._became_idle:  # its last execution ended: wait in Redis from now
-                    self._became_idle = False
+                if self._room_made:  # a slot freed: wait in Redis from now
+                    self._room_made = False
                     block = self._block_for(self._next_wait(runtime.settings.poll_seconds))
 
     def _block_for(self, timeout: float) -> float | None:
         """How long the next poll's take may wait in Redis for a start (`take_blocking`),
-        or None for a plain take after waiting here: an idle worker (nothing running,
+        or None for a plain take after waiting here: a worker with room (a free slot,
         nothing unanswered, its lease sure, not stopping, not in burst mode) waits there,
-        so a start reaches it with no round trip between the wake-up and the take."""
+        so a start reaches it with no round trip between the wake-up and the take, and the
+        wake-up list alone tells it of starts (it hears no wake-up channel, `_listen`)."""
         runtime = self._runtime()
         if (
             timeout <= 0
-            or self.job_counter
+            or self.job_counter >= self.max_jobs
             or not self.allow_pick_jobs
             or self.burst
             or self._take_token is not None
@@ -207,6 +210,10 @@ class MajordomusWorker(Worker):
                 self._next_due_ms = take.next_due_ms
             for taken in take.taken:
                 self._start(taken)
+            if take.taken and not EAGER:
+                # Before 3.12 the tasks start at the loop's next turn: let them, before
+                # the rest of this poll (its bookkeeping, the next wait's set-up).
+                await asyncio.sleep(0)
         for job_id, t in list(self.tasks.items()):
             if t.done():
                 del self.tasks[job_id]
@@ -276,17 +283,20 @@ class MajordomusWorker(Worker):
 
     def _release_sem_dec_counter_on_complete(self) -> None:
         """A slot freed (arq's semaphore stays as it was: only arq's `start_jobs` used it).
-        The poll loop is woken to fill it only when the last take left due work behind
-        (this worker was full); otherwise the next start's wake-up signal is enough, and
-        an idle queue costs no empty take per finished execution."""
+        The poll loop is woken to fill it at once when the last take left due work behind
+        (this worker was full); otherwise, where a worker with room waits in Redis, a
+        loop waiting here (it was full) goes on to wait there, where the wake-ups of the
+        starts made meanwhile are; elsewhere the next start's wake-up signal is enough.
+        A loop already waiting in Redis is left to it: an idle queue costs no empty take
+        per finished execution."""
         self.job_counter -= 1
         due = self._next_due_ms
         if self.runtime is None:
             return
         if due is not None and due <= time.time() * 1000:
             self.runtime.wake.set()
-        elif not self.job_counter and self.runtime.store.can_block:
-            self._became_idle = True
+        elif self.runtime.store.can_block and self._not_blocking is not None and self._not_blocking.is_set():
+            self._room_made = True
             self.runtime.wake.set()
 
     def handle_sig(self, signum: Any) -> None:

@@ -47,14 +47,16 @@ class Signal:
 
 
 class SignalStore(StoreBase):
-    async def subscribe_signals(self) -> AsyncGenerator[Signal, None]:
-        """Subscribe to both channels; answers, once subscribed, the signals as they arrive.
+    async def subscribe_signals(self, wake: bool = True) -> AsyncGenerator[Signal, None]:
+        """Subscribe to both channels (the cancel channel alone without `wake`); answers,
+        once subscribed, the signals as they arrive.
 
         The connection is given back when the iteration ends, however it ends (close it,
         or let it raise)."""
         pubsub = await pubsub_of(self.redis)
+        channels = (self.keys.wake_channel,) if wake else ()
         try:
-            await pubsub.subscribe(self.keys.wake_channel, self.keys.cancel_channel)
+            await pubsub.subscribe(*channels, self.keys.cancel_channel)
         except BaseException:
             await pubsub.aclose()
             raise

@@ -1,9 +1,10 @@
-"""The take an idle worker makes on one Redis (`QueueStore.take_blocking`): a blocking pop of
-the wake-up list with the take behind it in the same write, so Redis takes a start the
+"""The take a worker with room makes on one Redis (`QueueStore.take_blocking`): a blocking pop
+of the wake-up list with the take behind it in the same write, so Redis takes a start the
 moment it is made. It takes only what a wake-up announced, at most one; a pop that times
 out takes nothing and says when work is due; a stopping worker's takes nothing and gives
 its wake-up to another; wake-ups for work already taken are dropped; and a worker stopped
-while it waits there strands nothing."""
+while it waits there strands nothing. A worker that runs executions and has a free slot
+waits there too, hearing no wake-up channel, and a full one goes there as a slot frees."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 from majordomus.engine import Engine
 from majordomus.start_options import StartOptions
-from tests.conftest import running_worker, until
+from tests.conftest import make_settings, running_worker, until
 from tests.workers.test_take_job import take
 
 WORKER = "blocker"
@@ -103,3 +104,52 @@ async def test_a_worker_stopped_while_it_waits_in_redis_takes_no_more_work(
 
 async def _waiting_in_redis(worker: Any) -> bool:
     return worker._not_blocking is not None and not worker._not_blocking.is_set()
+
+
+async def test_a_busy_worker_with_room_waits_in_redis_and_hears_no_wake_up_channel(
+    redis: Any, redis_url: str, engine: Engine
+) -> None:
+    # A fallback poll of 30 s: only the wake-up list can bring the second start in time.
+    cfg = make_settings(redis_url, poll_seconds=30.0)
+    keys = engine.store.keys
+    async with running_worker(redis, cfg, max_jobs=2) as worker:
+        long = await engine.start("tests.sleepy", {"seconds": 30})
+        await until(lambda: _state_is(engine, long.id, "running"))
+        await until(lambda: _waiting_in_redis(worker))
+        assert worker.job_counter == 1
+        (_, wake), (_, cancel) = await engine.redis.pubsub_numsub(keys.wake_channel, keys.cancel_channel)
+        assert (wake, cancel) == (0, 1), "the wake-up list is its signal; cancels still come by channel"
+        began = time.monotonic()
+        snap = await engine.start("tests.noop", {})
+        assert (await engine.wait(snap.id, 10_000)).state == "succeeded"
+        assert time.monotonic() - began < 2, "taken by the waiting take, not by a poll"
+        await engine.cancel(long.id)
+        assert (await engine.wait(long.id, 10_000)).state == "cancelled"
+
+
+async def test_a_full_worker_takes_a_start_made_meanwhile_as_soon_as_a_slot_frees(
+    redis: Any, redis_url: str, engine: Engine
+) -> None:
+    cfg = make_settings(redis_url, poll_seconds=30.0)
+    async with running_worker(redis, cfg, max_jobs=1) as worker:
+        first = await engine.start("tests.sleepy", {"seconds": 1.0})
+        await until(lambda: _state_is(engine, first.id, "running"))
+        assert worker.job_counter == 1 and not await _waiting_in_redis(worker)
+        second = await engine.start("tests.noop", {})  # its wake-up waits on the list
+        await asyncio.sleep(0.2)
+        assert (await engine.get(second.id)).state == "queued"
+        done = await engine.wait(second.id, 10_000)
+        ended = await engine.get(first.id)
+    assert ended.state == "succeeded" and done.state == "succeeded"
+    gap = _epoch(done.started_at) - _epoch(ended.finished_at)
+    assert gap < 2, f"started {gap:.1f}s after the slot freed: it waited for a poll"
+
+
+async def _state_is(engine: Engine, execution_id: str, state: str) -> bool:
+    return (await engine.get(execution_id)).state == state
+
+
+def _epoch(stamp: Any) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
