@@ -314,13 +314,17 @@ class MajordomusWorker(Worker):
     async def _stop_gracefully(self, sig: signal.Signals) -> None:
         runtime = self.runtime
         grace = runtime.settings.shutdown_grace if runtime else 0.0
-        if runtime is not None and self._not_blocking is not None and not self._not_blocking.is_set():
+        ends = self.loop.time() + grace
+        waiting = self._not_blocking
+        if runtime is not None and waiting is not None and not waiting.is_set():
             # A take waiting in Redis takes nothing once marked; what it took before, this
             # worker runs as any other (cancelling it mid-answer would strand it `running`).
+            # The running executions' grace runs meanwhile: the wait ends on its own time.
             with contextlib.suppress(Exception):
                 await runtime.store.stop_blocking(runtime.worker_id)
-            await within(BLOCK_MAX_SECONDS + 2, self._not_blocking.wait())
-        await within(grace, self.all_done())
+            await within(grace, self.all_done())
+            await within(BLOCK_MAX_SECONDS + 2, waiting.wait())
+        await within(max(0.0, ends - self.loop.time()), self.all_done())
         if runtime is not None and runtime.running:
             log.info("grace over: cancelling %d executions", len(runtime.running))
             await runtime.cancel_all(by="server")

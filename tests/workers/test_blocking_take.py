@@ -153,3 +153,22 @@ def _epoch(stamp: Any) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+
+
+async def test_a_busy_worker_stopped_while_it_waits_in_redis_finishes_its_work_and_takes_none(
+    redis: Any, redis_url: str, engine: Engine
+) -> None:
+    cfg = make_settings(redis_url, shutdown_grace=5.0)
+    async with running_worker(redis, cfg, max_jobs=2) as worker:
+        busy = await engine.start("tests.sleepy", {"seconds": 0.5})
+        await until(lambda: _state_is(engine, busy.id, "running"))
+        await until(lambda: _waiting_in_redis(worker))
+        worker.handle_sig(signal.SIGTERM)
+        stopping = engine.store.keys.partitions[0].worker_stopping(worker.runtime.worker_id)
+        await until(lambda: engine.redis.exists(stopping))
+        late = await engine.start("tests.noop", {})
+        done, _ = await asyncio.wait({worker.main_task}, timeout=10)
+        assert done, "the worker did not stop"
+        # What it ran was given its grace; what came after the mark was left for another.
+        assert (await engine.get(busy.id)).state == "succeeded"
+        assert (await engine.get(late.id)).state == "queued"
