@@ -2,7 +2,8 @@
 
 `create` publishes on the wake-up channel (so an idle worker polls at once) and an
 `execution.cancelling` publishes the execution's id on the cancel channel, both inside
-their scripts. A worker holds one subscription to both, on a connection of its own (on a
+their scripts. A worker holds one subscription to both (to the cancel channel alone where
+the wake-up list is its signal: `workers/runtime.py`), on a connection of its own (on a
 Redis Cluster, to one of its nodes: a PUBLISH reaches every node's subscribers, so any one
 hears them all; `majordomus.store.connect.pubsub_of`); what it does on a signal, and how
 it resubscribes when Redis goes away, is `workers/`'s. A signal may be missed while no one
