@@ -228,10 +228,6 @@ class MajordomusWorker(Worker):
             take = await runtime.store.take_blocking(runtime.worker_id, token, seconds)
         finally:
             self._not_blocking.set()
-        if runtime.woken_by is not None and runtime.woken_by in {t.execution_id for t in take.taken}:
-            # The start's own signal, come before its take's answer: not a call to take again.
-            runtime.woken_by = None
-            runtime.wake.clear()
         return take
 
     def _start(self, taken: Taken) -> None:
