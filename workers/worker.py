@@ -277,6 +277,11 @@ class MajordomusWorker(Worker):
     async def _cancel_aborted_jobs(self) -> None:
         raise NotImplementedError("no allow_abort_jobs: majordomus cancels executions")
 
+    @property
+    def _waiting_in_redis(self) -> bool:
+        """A blocking take of this worker's is out (`_take_blocking`)."""
+        return self._not_blocking is not None and not self._not_blocking.is_set()
+
     def _release_sem_dec_counter_on_complete(self) -> None:
         """A slot freed (arq's semaphore stays as it was: only arq's `start_jobs` used it).
         The poll loop is woken to fill it at once when the last take left due work behind
@@ -291,7 +296,7 @@ class MajordomusWorker(Worker):
             return
         if due is not None and due <= time.time() * 1000:
             self.runtime.wake.set()
-        elif self.runtime.store.can_block and self._not_blocking is not None and self._not_blocking.is_set():
+        elif self.runtime.store.can_block and not self._waiting_in_redis:
             self._room_made = True
             self.runtime.wake.set()
 
@@ -311,15 +316,14 @@ class MajordomusWorker(Worker):
         runtime = self.runtime
         grace = runtime.settings.shutdown_grace if runtime else 0.0
         ends = self.loop.time() + grace
-        waiting = self._not_blocking
-        if runtime is not None and waiting is not None and not waiting.is_set():
+        if runtime is not None and self._not_blocking is not None and self._waiting_in_redis:
             # A take waiting in Redis takes nothing once marked; what it took before, this
             # worker runs as any other (cancelling it mid-answer would strand it `running`).
             # The running executions' grace runs meanwhile: the wait ends on its own time.
             with contextlib.suppress(Exception):
                 await runtime.store.stop_blocking(runtime.worker_id)
             await within(grace, self.all_done())
-            await within(BLOCK_MAX_SECONDS + 2, waiting.wait())
+            await within(BLOCK_MAX_SECONDS + 2, self._not_blocking.wait())
         await within(max(0.0, ends - self.loop.time()), self.all_done())
         if runtime is not None and runtime.running:
             log.info("grace over: cancelling %d executions", len(runtime.running))

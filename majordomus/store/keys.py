@@ -93,8 +93,8 @@ class Partition:
     @property
     def wakeup(self) -> str:
         """A list each start due now (and each slot freed) pushes onto: a worker with room
-        waits on it with a blocking pop that its take follows in the same write, so the start is
-        taken as soon as it is made (`QueueStore.take_blocking`). Kept short (`WAKEUP_MAX`),
+        waits on it with a blocking pop that its take follows in the same write, so the start
+        is taken as soon as it is made (`QueueStore.take_blocking`). Kept short (`WAKEUP_MAX`),
         emptied by a take that leaves the queue empty."""
         return f"{self.base}wakeup"
 
