@@ -31,6 +31,7 @@ reaches the history. The worker passes those values (`secrets=`, from
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -88,6 +89,9 @@ history catches up within a second of Redis coming back."""
 
 REPORTS_LOST = "reports_lost"
 """The diagnostic code of reports that were given up."""
+
+_MAKING = threading.Lock()
+"""Held while an execution context makes its lock (`ExecutionContext._lock`)."""
 
 
 class ExecutionCancelled(Exception):
@@ -216,8 +220,6 @@ class ExecutionContext(Context):
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         self._reported = Reported(self)
-        # The buffer is shared with a plain-def handler's thread: every access holds the lock.
-        self._lock = threading.Condition(threading.Lock())
         self._pending: deque[EventWrite] = deque()
         self._pending_bytes = 0
         self._scheduled = False
@@ -228,13 +230,6 @@ class ExecutionContext(Context):
         self._unannounced = 0
         self._room_waiters: list[asyncio.Future[None]] = []
         self._writer: asyncio.Task[None] | None = None
-        self._failures = Failures(
-            log,
-            f"execution_id={execution_id}: writing its reports",
-            cap=REPORTS_RETRY_CAP_SECONDS,
-            traceback=False,
-            loop="report_writer",
-        )
         self._kept_since: float | None = None
         self._drops = 0
         """How many times waiting reports were given up (see `_Batch.drops`)."""
@@ -249,6 +244,30 @@ class ExecutionContext(Context):
         self.cancelled_by: str | None = None
         self.began = time.monotonic()
         """When the worker took it on (for `majordomus_execution_duration_seconds`)."""
+
+    # Made on first use, not with the context: a context is made between the take and the
+    # handler, where each object costs tens of microseconds with the caches cold.
+
+    @functools.cached_property
+    def _lock(self) -> threading.Condition:
+        """The buffer is shared with a plain-def handler's thread: every access holds this
+        lock. Made once, under a lock of the module's, whichever thread asks first."""
+        with _MAKING:
+            made: threading.Condition | None = self.__dict__.get("_lock")
+            if made is None:
+                made = self.__dict__["_lock"] = threading.Condition(threading.Lock())
+            return made
+
+    @functools.cached_property
+    def _failures(self) -> Failures:
+        """The report writer's failures in a row (`_write`, on the loop only)."""
+        return Failures(
+            log,
+            f"execution_id={self.execution_id}: writing its reports",
+            cap=REPORTS_RETRY_CAP_SECONDS,
+            traceback=False,
+            loop="report_writer",
+        )
 
     @property
     def written_end(self) -> str | None:

@@ -294,15 +294,18 @@ class Engine:
         priority = options.priority or cap.priority
         key = options.idempotency_key
         fingerprint = _fingerprint(cap.id, plain) if key else ""
-        plan = StartPlan(
-            due_ms=options.start_at_ms,
-            priority=priority,
-            idempotency_key=key,
-            fingerprint=fingerprint,
-            schedule=options.schedule,
-            retry_of=options.retry_of,
-            attempts_before=options.attempts_before,
-        )
+        if options is NO_OPTIONS:
+            plan = _plain_plan(priority)
+        else:
+            plan = StartPlan(
+                due_ms=options.start_at_ms,
+                priority=priority,
+                idempotency_key=key,
+                fingerprint=fingerprint,
+                schedule=options.schedule,
+                retry_of=options.retry_of,
+                attempts_before=options.attempts_before,
+            )
         draws = ID_DRAWS
         while True:
             execution_id = self.store.new_id(
@@ -694,9 +697,13 @@ def _decoder_of(tp: Any) -> msgspec.json.Decoder[Any]:
     return msgspec.json.Decoder(tp)
 
 
+_is_async = functools.lru_cache(maxsize=4096)(asyncio.iscoroutinefunction)
+"""Whether a handler is `async def`, asked once per handler (every execution asks)."""
+
+
 async def call_handler(cap: Capability, ctx: Context, value: Any) -> Any:
     """Call a handler with its context: awaited when async, in a thread when plain."""
-    if asyncio.iscoroutinefunction(cap.handler):
+    if _is_async(cap.handler):
         return await cap.handler(ctx, value)
     return await asyncio.to_thread(cap.handler, ctx, value)
 
@@ -731,6 +738,12 @@ def ended_badly(snap: ExecutionSnapshot) -> MajordomusError:
         suggestion or f"read its events: GET {snap.links.events}",
         snap.id,
     )
+
+
+@functools.cache
+def _plain_plan(priority: str) -> StartPlan:
+    """The plan of a start with no options but its capability's priority (made once)."""
+    return StartPlan(priority=priority)
 
 
 def _fingerprint(capability: str, plain: Any) -> str:

@@ -22,7 +22,6 @@ keep them out of text (the handler context masks them in log lines and diagnosti
 
 from __future__ import annotations
 
-import contextlib
 import re
 from collections.abc import Callable, Iterable
 from functools import cache
@@ -209,8 +208,10 @@ def validate_input(tp: Any, raw: Any) -> Any:
         raise _too_deep()
     try:
         if not _schema_only(tp):
-            with contextlib.suppress(msgspec.ValidationError):
+            try:
                 return msgspec.convert(raw, tp)
+            except msgspec.ValidationError:
+                pass
         errors = sorted(_validator(tp).iter_errors(raw), key=lambda e: list(e.absolute_path))
         if errors:
             # Only a refused input pays for finding its secrets.

@@ -338,7 +338,6 @@ class WorkerRuntime:
         )
         run = Running(ctx, cap.id, slot)
         self.running[execution_id] = run
-        METRICS.events_appended(1)  # its execution.started, written as this worker took it
         try:
             value: Any = msgspec.json.decode(secret or b"{}", type=cap.input)
             # Held at its awaits while its reports wait past their bound (`ctx.held`).

@@ -38,6 +38,7 @@ from arq.connections import create_pool
 from arq.worker import Worker
 
 from majordomus.loops import Failures, within
+from majordomus.metrics import METRICS
 from majordomus.store.queue import BLOCK_MAX_SECONDS, Take, Taken
 from workers.runtime import WorkerRuntime
 from workers.settings import MAJORDOMUS_WORKER
@@ -210,10 +211,14 @@ class MajordomusWorker(Worker):
                 self._next_due_ms = take.next_due_ms
             for taken in take.taken:
                 self._start(taken)
-            if take.taken and not EAGER:
-                # Before 3.12 the tasks start at the loop's next turn: let them, before
-                # the rest of this poll (its bookkeeping, the next wait's set-up).
-                await asyncio.sleep(0)
+            if take.taken:
+                if not EAGER:
+                    # Before 3.12 the tasks start at the loop's next turn: let them, before
+                    # the rest of this poll (its bookkeeping, the next wait's set-up).
+                    await asyncio.sleep(0)
+                # Their execution.started, written by the take: counted once the handlers
+                # are under way, not between the take and them.
+                METRICS.events_appended(len(take.taken))
         for job_id, t in list(self.tasks.items()):
             if t.done():
                 del self.tasks[job_id]
