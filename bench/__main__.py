@@ -35,10 +35,10 @@ from majordomus.store.embedded import EmbeddedRedis
 
 SCENARIOS = (
     "throughput", "pickup", "events", "history", "live", "memory", "cli", "redis_cost", "peers",
-    "console", "over_time", "shards",
+    "console", "over_time", "shards", "schedules", "mcp_tasks",
 )
-"""Modules of `bench/`, in the order they run and are numbered in BENCHMARKS.md."""
-MODULES = {"cli": "cli_e2e"}
+"""Scenarios (modules of `bench/` but where `MODULES` names another), in the order they run."""
+MODULES = {"cli": "cli_e2e", "schedules": "schedule_lateness"}
 DEFAULT_URL = "redis://127.0.0.1:6379/14"
 
 

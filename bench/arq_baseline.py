@@ -5,6 +5,9 @@
 job concurrency and the poll delay a scenario compares at. It prints `ready` once it polls.
 Beside `noop` it has `stamp`, a no-op that first writes the wall-clock time it started at
 into a Redis key (for pick-up latency: enqueue time to start time, on the one machine).
+With `--cron` it also runs `tick`, arq's own `cron` job of every second, which records how
+late each run started after its tick (ms, on the one machine) in the list `<queue>:lateness`
+(for schedule lateness, `bench.schedule_lateness`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import time
 from typing import Any
 
 from arq.connections import RedisSettings
+from arq.cron import cron
 from arq.worker import Worker
 
 
@@ -28,6 +32,12 @@ async def stamp(ctx: dict[str, Any], key: str) -> bool:
     return True
 
 
+async def tick(ctx: dict[str, Any]) -> None:
+    """A cron run: how late it started, from its tick (arq's cron job id ends in it, epoch ms)."""
+    due_ms = int(str(ctx["job_id"]).rsplit(":", 1)[1])
+    await ctx["redis"].rpush(f"{ctx['queue']}:lateness", f"{time.time() * 1000 - due_ms:.3f}")
+
+
 async def announce(ctx: dict[str, Any]) -> None:
     print("ready", flush=True)
 
@@ -37,6 +47,7 @@ def main() -> None:
     parser.add_argument("--queue", required=True)
     parser.add_argument("--max-jobs", type=int, default=10)
     parser.add_argument("--poll-delay", type=float, default=0.5)
+    parser.add_argument("--cron", action="store_true", help="also run `tick` every second")
     args = parser.parse_args()
     url = os.environ.get("MAJORDOMUS_REDIS_URL", "redis://127.0.0.1:6379/0")
     worker = Worker(
@@ -46,6 +57,8 @@ def main() -> None:
         poll_delay=args.poll_delay,
         redis_settings=RedisSettings.from_dsn(url),
         on_startup=announce,
+        cron_jobs=[cron(tick, second=set(range(60)), microsecond=0)] if args.cron else None,
+        ctx={"queue": args.queue},
         handle_signals=True,
     )
     worker.run()

@@ -193,8 +193,11 @@ def majordomus_worker(bench: Bench, max_jobs: int = 10, **env: str) -> Child:
     )
 
 
-def arq_worker(bench: Bench, queue: str, max_jobs: int = 10, poll_delay: float = 0.5) -> Child:
-    """A plain arq worker (`bench.arq_baseline`) running the no-op baseline job."""
+def arq_worker(
+    bench: Bench, queue: str, max_jobs: int = 10, poll_delay: float = 0.5, *, cron: bool = False
+) -> Child:
+    """A plain arq worker (`bench.arq_baseline`) running the no-op baseline job (and, with
+    `cron`, its cron job of every second)."""
     return Child(
         "arq-worker",
         [
@@ -207,6 +210,7 @@ def arq_worker(bench: Bench, queue: str, max_jobs: int = 10, poll_delay: float =
             str(max_jobs),
             "--poll-delay",
             str(poll_delay),
+            *(["--cron"] if cron else []),
         ],
         bench.env(),
         bench.workdir,

@@ -44,8 +44,8 @@ def test_a_row_reports_its_ratio_and_the_table_says_when_a_goal_is_missed() -> N
 
 
 HALVES = (
-    ("console", "throughput", "pickup", "events", "history", "redis_cost"),
-    ("live", "memory", "cli", "peers", "over_time", "shards"),
+    ("console", "throughput", "pickup", "events", "history", "redis_cost", "mcp_tasks"),
+    ("live", "memory", "cli", "peers", "over_time", "shards", "schedules"),
 )
 """The quick run in two halves of about equal length (the console's browser in one), run at
 once, each on a redis-server of its own: the same scenarios in half the wall time."""
