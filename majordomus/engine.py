@@ -586,6 +586,10 @@ class Engine:
         most `count`, waiting up to `block_ms` for the first of any partition."""
         return await self.store.read_feed(cursor, block_ms, count)
 
+    async def stop_feed_reads(self) -> None:
+        """End the feed reads `read_feed` left waiting (a Redis Cluster's), as its reader stops."""
+        await self.store.stop_reads()
+
     async def feed_after(self, cursor: str, count: int, upto: str | None = None) -> FeedPage:
         """Retained feed entries after `cursor` and up to `upto` (None: the end), merged
         across the partitions, oldest first, at most `count`."""

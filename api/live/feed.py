@@ -287,6 +287,7 @@ class FeedHub:
         if self._task is not None:
             task, self._task = self._task, None
             await stop_task(task, log)
+            await self.engine.stop_feed_reads()
 
     def close_all(self, reason: str = "server stopping") -> None:
         """End every live channel with `stream.closing{reason}` (clients reconnect elsewhere)."""

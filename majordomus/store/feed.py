@@ -111,6 +111,25 @@ def _merged(cursor: str, reads: Sequence[tuple[int, Raw]], count: int) -> list[F
     return out
 
 
+def _keep(read: Any) -> asyncio.Task[tuple[int, Raw]]:
+    """A partition's blocking read as a task that outlives the call that began it; its
+    failure, if no later call takes it up, is retrieved (and dropped) rather than logged
+    as never retrieved."""
+    task: asyncio.Task[tuple[int, Raw]] = asyncio.ensure_future(read)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    return task
+
+
+def _with_entries(task: asyncio.Task[tuple[int, Raw]]) -> list[tuple[int, Raw]]:
+    """A finished read's answer, if it has entries (its failure is raised)."""
+    i, raw = task.result()
+    return [(i, raw)] if raw else []
+
+
+def _has(found: list[tuple[int, Raw]], i: int) -> bool:
+    return any(j == i for j, _ in found)
+
+
 class FeedStore(StoreBase):
     def _positions(self, cursor: str) -> list[str]:
         parts = cursor_parts(cursor)
@@ -149,33 +168,79 @@ class FeedStore(StoreBase):
     async def _read_each(
         self, parts: list[str], block_ms: int | None, count: int
     ) -> list[tuple[int, Raw]]:
-        """A Redis Cluster's read: first every partition without waiting, concurrently;
-        when none has anything and `block_ms` says wait, every partition blocking at once,
-        until the first answers with entries (or all time out). The others are cancelled
-        then: the read moves no cursor, so what they would have answered is read next time.
-        (A cancelled command costs its connection, which redis-py drops; so only a wake
-        from idle pays that, never a busy feed.)"""
-        feeds = [p.feed for p in self.keys.partitions]
+        """A Redis Cluster's read: every partition without waiting, concurrently; when none
+        has anything and `block_ms` says wait, every partition blocking at once, until the
+        first answers with entries (or `block_ms` has passed).
 
-        async def one(i: int, block: int | None) -> tuple[int, Raw]:
-            raw: Any = await self.redis.xread({feeds[i]: parts[i]}, count=count, block=block)
-            return i, (raw[0][1] if raw else [])
-
-        found = [
-            r for r in await asyncio.gather(*(one(i, None) for i in range(len(parts)))) if r[1]
+        The blocking reads that did not answer are not cancelled (a cancelled command costs
+        its connection, which redis-py drops: a reconnect per idle partition at every wake
+        from idle): they go on waiting at their partition's position (`_waiting`), and the
+        next read takes them up, whose cursor has the same position there, since nothing of
+        theirs was read. Only a read at another position is cancelled: one left behind by a
+        cursor that moved some other way (`stop_reads` ends the rest). Built for one blocking
+        reader at a time, the API's feed reader; concurrent ones still answer rightly."""
+        waiting = self._waiting
+        for i, (at, task) in list(waiting.items()):
+            if at != parts[i]:
+                del waiting[i]
+                task.cancel()
+        found: list[tuple[int, Raw]] = []
+        for i, (_, task) in list(waiting.items()):
+            if task.done():
+                del waiting[i]
+                found += _with_entries(task)
+        # A partition with a read still waiting has had nothing since it began (the read
+        # would have answered): it is not asked again.
+        asked = [i for i in range(len(parts)) if i not in waiting and not _has(found, i)]
+        found += [
+            r
+            for r in await asyncio.gather(*(self._read_one(parts, i, None, count) for i in asked))
+            if r[1]
         ]
         if found or block_ms is None:
             return found
-        pending = {asyncio.ensure_future(one(i, block_ms)) for i in range(len(parts))}
-        try:
-            while pending and not found:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                found += [r for r in (task.result() for task in done) if r[1]]
-        finally:
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
+        for i in range(len(parts)):
+            if i not in waiting:
+                waiting[i] = (parts[i], _keep(self._read_one(parts, i, block_ms, count)))
+        deadline = asyncio.get_running_loop().time() + block_ms / 1000
+        while not found:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                break
+            tasks = {task for _, task in waiting.values()}
+            done, _ = await asyncio.wait(tasks, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            for i, (_, task) in list(waiting.items()):
+                if task in done:
+                    del waiting[i]
+                    found += _with_entries(task)
+                    if not found:  # its own wait ran out first: it waits again
+                        waiting[i] = (parts[i], _keep(self._read_one(parts, i, block_ms, count)))
         return found
+
+    async def _read_one(
+        self, parts: list[str], i: int, block: int | None, count: int
+    ) -> tuple[int, Raw]:
+        feed = self.keys.partitions[i].feed
+        raw: Any = await self.redis.xread({feed: parts[i]}, count=count, block=block)
+        return i, (raw[0][1] if raw else [])
+
+    @property
+    def _waiting(self) -> dict[int, tuple[str, asyncio.Task[tuple[int, Raw]]]]:
+        """The blocking reads still waiting, by partition: (the position each reads after,
+        its task)."""
+        waiting: dict[int, tuple[str, asyncio.Task[tuple[int, Raw]]]] | None
+        waiting = self.__dict__.get("_feed_waiting")
+        if waiting is None:
+            waiting = self.__dict__["_feed_waiting"] = {}
+        return waiting
+
+    async def stop_reads(self) -> None:
+        """End the blocking feed reads still waiting (a Redis Cluster's; the reader stops)."""
+        tasks = [task for _, task in self._waiting.values()]
+        self._waiting.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def feed_after(self, cursor: str, count: int, upto: str | None = None) -> list[FeedEntry]:
         """Retained feed entries after `cursor` (exclusive) and up to `upto` (inclusive, a

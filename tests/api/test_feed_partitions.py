@@ -197,6 +197,47 @@ async def test_the_per_partition_reads_of_a_cluster_wake_on_any_partition_and_me
     assert page == await engine3.feed_after(START, 1000)
 
 
+async def test_the_per_partition_reads_of_a_cluster_keep_their_connections_across_wake_ups(
+    redis: Any, engine3: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wake from idle used to cancel the other partitions' blocking reads, and redis-py
+    # drops the connection of a cancelled command: two reconnects per wake here. They go on
+    # waiting instead, and the next read takes them up.
+    monkeypatch.setattr(feed_module, "RedisCluster", type(redis))
+    cursor = START
+
+    async def wake(partition: int) -> None:
+        nonlocal cursor
+        reader = asyncio.create_task(engine3.read_feed(cursor, 5000))
+        await asyncio.sleep(0.1)
+        assert not reader.done()
+        sid = await add(redis, engine3, partition, "*", f"x-{partition}", 1)
+        page = await asyncio.wait_for(reader, 2)
+        assert ids_of(page) == [(partition, sid)]
+        cursor = page[-1][0]
+
+    async def connections() -> int:
+        return int((await redis.info("stats"))["total_connections_received"])
+
+    try:
+        for p in (0, 1, 2):  # the client's pool has its connections
+            await wake(p)
+        before = await connections()
+        for p in (2, 0, 1, 1, 0, 2):
+            await wake(p)
+        assert await connections() == before
+        # A read that waits less than the reads it takes up answers in its own time.
+        began = time.monotonic()
+        assert await engine3.read_feed(cursor, 200) == []
+        assert time.monotonic() - began < 1.5
+        # A cursor that moved some other way is read at its own positions.
+        sid = await add(redis, engine3, 1, "*", "x-1", 2)
+        assert ids_of(await engine3.read_feed(START, 5000, 1000))[-1] == (1, sid)
+    finally:
+        await engine3.stop_feed_reads()
+    assert not engine3.store._waiting
+
+
 # -- truncation ----------------------------------------------------------------------------------
 
 
