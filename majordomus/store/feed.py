@@ -23,7 +23,7 @@ whatever the order the partitions' entries became visible in.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 from redis.asyncio.cluster import RedisCluster
@@ -120,10 +120,25 @@ def _keep(read: Any) -> asyncio.Task[tuple[int, Raw]]:
     return task
 
 
-def _with_entries(task: asyncio.Task[tuple[int, Raw]]) -> list[tuple[int, Raw]]:
-    """A finished read's answer, if it has entries (its failure is raised)."""
-    i, raw = task.result()
-    return [(i, raw)] if raw else []
+Waiting = dict[int, tuple[str, asyncio.Task[tuple[int, Raw]]]]
+"""The blocking reads still waiting, by partition: (the position each reads after, its task)."""
+
+
+def _take_done(
+    waiting: Waiting, done: Callable[[asyncio.Task[tuple[int, Raw]]], bool]
+) -> list[tuple[int, Raw]]:
+    """The finished reads out of `waiting`, all of them, and the answers that have entries;
+    the first failure among them is raised once they are all out (a partition lost to an
+    outage is read afresh by the next call, not found failed by each call after)."""
+    finished = [(i, task) for i, (_, task) in waiting.items() if done(task)]
+    for i, _ in finished:
+        del waiting[i]
+    found: list[tuple[int, Raw]] = []
+    for _, task in finished:
+        i, raw = task.result()
+        if raw:
+            found.append((i, raw))
+    return found
 
 
 def _has(found: list[tuple[int, Raw]], i: int) -> bool:
@@ -184,11 +199,7 @@ class FeedStore(StoreBase):
             if at != parts[i]:
                 del waiting[i]
                 task.cancel()
-        found: list[tuple[int, Raw]] = []
-        for i, (_, task) in list(waiting.items()):
-            if task.done():
-                del waiting[i]
-                found += _with_entries(task)
+        found = _take_done(waiting, lambda task: task.done())
         # A partition with a read still waiting has had nothing since it began (the read
         # would have answered): it is not asked again.
         asked = [i for i in range(len(parts)) if i not in waiting and not _has(found, i)]
@@ -209,11 +220,10 @@ class FeedStore(StoreBase):
                 break
             tasks = {task for _, task in waiting.values()}
             done, _ = await asyncio.wait(tasks, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-            for i, (_, task) in list(waiting.items()):
-                if task in done:
-                    del waiting[i]
-                    found += _with_entries(task)
-                    if not found:  # its own wait ran out first: it waits again
+            found = _take_done(waiting, done.__contains__)
+            if not found:  # their own waits ran out first: they wait again
+                for i in range(len(parts)):
+                    if i not in waiting:
                         waiting[i] = (parts[i], _keep(self._read_one(parts, i, block_ms, count)))
         return found
 
@@ -225,11 +235,9 @@ class FeedStore(StoreBase):
         return i, (raw[0][1] if raw else [])
 
     @property
-    def _waiting(self) -> dict[int, tuple[str, asyncio.Task[tuple[int, Raw]]]]:
-        """The blocking reads still waiting, by partition: (the position each reads after,
-        its task)."""
-        waiting: dict[int, tuple[str, asyncio.Task[tuple[int, Raw]]]] | None
-        waiting = self.__dict__.get("_feed_waiting")
+    def _waiting(self) -> Waiting:
+        """This store's blocking feed reads still waiting (`_read_each`)."""
+        waiting: Waiting | None = self.__dict__.get("_feed_waiting")
         if waiting is None:
             waiting = self.__dict__["_feed_waiting"] = {}
         return waiting
