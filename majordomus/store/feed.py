@@ -141,10 +141,6 @@ def _take_done(
     return found
 
 
-def _has(found: list[tuple[int, Raw]], i: int) -> bool:
-    return any(j == i for j, _ in found)
-
-
 class FeedStore(StoreBase):
     def _positions(self, cursor: str) -> list[str]:
         parts = cursor_parts(cursor)
@@ -202,7 +198,8 @@ class FeedStore(StoreBase):
         found = _take_done(waiting, lambda task: task.done())
         # A partition with a read still waiting has had nothing since it began (the read
         # would have answered): it is not asked again.
-        asked = [i for i in range(len(parts)) if i not in waiting and not _has(found, i)]
+        answered = {i for i, _ in found}
+        asked = [i for i in range(len(parts)) if i not in waiting and i not in answered]
         found += [
             r
             for r in await asyncio.gather(*(self._read_one(parts, i, None, count) for i in asked))
@@ -210,9 +207,13 @@ class FeedStore(StoreBase):
         ]
         if found or block_ms is None:
             return found
-        for i in range(len(parts)):
-            if i not in waiting:
-                waiting[i] = (parts[i], _keep(self._read_one(parts, i, block_ms, count)))
+
+        def block_where_none_waits() -> None:
+            for i in range(len(parts)):
+                if i not in waiting:
+                    waiting[i] = (parts[i], _keep(self._read_one(parts, i, block_ms, count)))
+
+        block_where_none_waits()
         deadline = asyncio.get_running_loop().time() + block_ms / 1000
         while not found:
             left = deadline - asyncio.get_running_loop().time()
@@ -222,9 +223,7 @@ class FeedStore(StoreBase):
             done, _ = await asyncio.wait(tasks, timeout=left, return_when=asyncio.FIRST_COMPLETED)
             found = _take_done(waiting, done.__contains__)
             if not found:  # their own waits ran out first: they wait again
-                for i in range(len(parts)):
-                    if i not in waiting:
-                        waiting[i] = (parts[i], _keep(self._read_one(parts, i, block_ms, count)))
+                block_where_none_waits()
         return found
 
     async def _read_one(
