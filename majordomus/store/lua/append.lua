@@ -30,24 +30,63 @@ local MOVES = --@MOVES@
 local STATE_OF = --@STATE_OF@
 
 local snap, stream, feed = KEYS[1], KEYS[2], KEYS[3]
-local id, ts, now = ARGV[1], ARGV[2], tonumber(ARGV[3])
+-- Text becomes a number only where arithmetic needs one (Lua reads a number with strtod
+-- and writes one with sprintf, each about the cost of a small command here); numbers are
+-- written with %d, not Lua's own %.14g.
+local id, ts = ARGV[1], ARGV[2]
 local retain, feed_max, worker, cancel_channel = ARGV[4], ARGV[5], ARGV[6], ARGV[7]
 local stream_max, n, read_secret = ARGV[8], tonumber(ARGV[9]), ARGV[10]
-local prefix, wake, steps_max, token = ARGV[11], ARGV[12], tonumber(ARGV[13]), ARGV[14]
+local prefix, wake, token = ARGV[11], ARGV[12], ARGV[14]
 local lapsed = ARGV[15]
 local FIRST = 15  -- the ARGV index after which the (type, data) pairs begin
 
--- The steps and diagnostics (up to their caps, kilobytes) are read only by a batch that
--- has a step or a diagnostic in it, not by every report and terminal event.
-local cur = redis.call('HMGET', snap, 'state', 'last_seq', 'diag_count', 'capability',
-  'conc_limit', 'worker', 'steps_dropped', 'append_token', 'started_ms')
+-- The snapshot is read for what this batch needs: a field Redis does not find costs it a
+-- read of every field (a small hash is a list), and most batches are reports. The steps
+-- and diagnostics (up to their caps, kilobytes) are read only by a batch that has a step
+-- or a diagnostic in it.
+local want_end, want_diag, want_steps = false, false, false
+for i = 1, n do
+  local t = ARGV[FIRST - 1 + 2 * i]  -- (Lua compares interned strings by address)
+  if t == 'execution.progress' or t == 'execution.log' then
+    -- a report: the state and the sequence
+  elseif t == 'execution.diagnostic' then
+    want_diag = true
+  elseif t == 'execution.step.started' or t == 'execution.step.completed' then
+    want_steps = true
+  else
+    want_end = true  -- a claim, a cancel or an end (or a type this script does not know)
+  end
+end
+local at_token, at_end, at_diag, at_steps = 0, 0, 0, 0
+local cur
+if token ~= '' and not want_diag and not want_steps then  -- a worker's batch, most often
+  at_token = 3
+  if want_end then
+    cur = redis.call('HMGET', snap, 'state', 'last_seq', 'append_token', 'capability',
+      'conc_limit', 'worker', 'started_ms')
+    at_end = 4
+  else
+    cur = redis.call('HMGET', snap, 'state', 'last_seq', 'append_token')
+  end
+else
+  local ask = {'state', 'last_seq'}
+  if token ~= '' then ask[#ask + 1] = 'append_token'; at_token = #ask end
+  if want_end then
+    ask[#ask + 1] = 'capability'; ask[#ask + 1] = 'conc_limit'; ask[#ask + 1] = 'worker'
+    ask[#ask + 1] = 'started_ms'; at_end = #ask - 3
+  end
+  if want_diag then ask[#ask + 1] = 'diag_count'; at_diag = #ask end
+  if want_steps then ask[#ask + 1] = 'steps_dropped'; at_steps = #ask end
+  cur = redis.call('HMGET', snap, unpack(ask))
+end
 local state = cur[1]
 if not state then return {-1, 0, '', 0} end
 -- The sweeper fails a lost worker's execution only while that worker's lease is lapsed: one
 -- that renewed it since the sweeper looked (back from an outage) keeps what it runs.
 if lapsed ~= '' and redis.call('EXISTS', lapsed) == 1 then return {0, tonumber(cur[2]), state, 0} end
-if token ~= '' and cur[8] then
-  local was, was_code, was_seq, was_applied = string.match(cur[8], '^(.*) (%d) (%d+) (%d+)$')
+local was_token = at_token > 0 and cur[at_token]
+if was_token then
+  local was, was_code, was_seq, was_applied = string.match(was_token, '^(.*) (%d) (%d+) (%d+)$')
   if was == token then
     local answer = {tonumber(was_code), tonumber(was_seq), state, tonumber(was_applied)}
     if read_secret == '1' and answer[4] == n then answer[5] = redis.call('GET', KEYS[7]) end
@@ -55,13 +94,20 @@ if token ~= '' and cur[8] then
   end
 end
 local seq = tonumber(cur[2])
-local diags, diag_count = nil, tonumber(cur[3] or '0')
-local capability, conc_limit, owner = cur[4], tonumber(cur[5] or '0') or 0, cur[6]
-local steps_dropped = tonumber(cur[7] or '0') or 0
+local diags, diag_count = nil, at_diag > 0 and tonumber(cur[at_diag] or '0') or 0
+local capability, conc_limit, owner, started_ms = nil, 0, nil, nil
+if at_end > 0 then
+  capability, owner, started_ms = cur[at_end], cur[at_end + 2], cur[at_end + 3]
+  conc_limit = cur[at_end + 1] and tonumber(cur[at_end + 1]) or 0
+end
+local steps_dropped = at_steps > 0 and tonumber(cur[at_steps] or '0') or 0
+local steps_max = nil  -- read with the first step
 local function read_steps() return cjson.decode(redis.call('HGET', snap, 'steps') or '[]') end
 local changed_started = nil  -- started_ms of a claim in this very batch
 local steps = nil
-local changed = {}
+-- Made with room for sixteen (the fields an end writes): a table grown one item at a time
+-- is copied at 1, 2, 4 and 8 items.
+local changed = {nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
 local applied = 0
 
 local function is_final(s) return string.find(MOVES, ' ' .. s .. '! ', 1, true) ~= nil end
@@ -84,7 +130,7 @@ for i = 1, n do
   if target and not string.find(MOVES, ' ' .. state .. '>' .. target .. ' ', 1, true) then break end
   local from = state
   seq = seq + 1
-  local sq = tostring(seq)
+  local sq = string.format('%d', seq)
   last_sq = sq
   local env
   if d ~= '' then
@@ -101,7 +147,7 @@ for i = 1, n do
       redis.call('HINCRBY', snap, 'attempt', 1)
       changed[#changed + 1] = 'started_at'; changed[#changed + 1] = ts
       changed[#changed + 1] = 'started_ms'; changed[#changed + 1] = ARGV[3]
-      changed_started = now
+      changed_started = ARGV[3]
       if worker ~= '' then
         changed[#changed + 1] = 'worker'; changed[#changed + 1] = worker
         owner = worker
@@ -124,9 +170,10 @@ for i = 1, n do
           '"correlation_id":"' .. id .. '"}'
       end
       changed[#changed + 1] = 'finished_at'; changed[#changed + 1] = ts
-      local started = cur[9] or changed_started
+      local started = started_ms or changed_started
       if started then
-        changed[#changed + 1] = 'duration_ms'; changed[#changed + 1] = tostring(now - tonumber(started))
+        changed[#changed + 1] = 'duration_ms'
+        changed[#changed + 1] = string.format('%d', tonumber(ARGV[3]) - tonumber(started))
       end
       if from == 'queued' then  -- never taken: it is still in the queue
         redis.call('ZREM', KEYS[4], id)
@@ -169,6 +216,7 @@ for i = 1, n do
     progress = d
   elseif t == 'execution.step.started' then
     steps = steps or read_steps()
+    steps_max = steps_max or tonumber(ARGV[13])
     local s = cjson.decode(d)
     if #steps < steps_max then
       steps[#steps + 1] = {name = s.name, title = s.title, state = 'running', started_at = ts}
@@ -182,6 +230,7 @@ for i = 1, n do
     for j = #steps, 1, -1 do
       if steps[j].name == s.name and steps[j].state == 'running' then found = steps[j]; break end
     end
+    steps_max = steps_max or tonumber(ARGV[13])
     if not found and #steps < steps_max then
       found = {name = s.name, title = s.name, started_at = ts}
       steps[#steps + 1] = found
@@ -201,7 +250,7 @@ for i = 1, n do
       end
       diag_count = diag_count + 1
       changed[#changed + 1] = 'diagnostics'; changed[#changed + 1] = diags
-      changed[#changed + 1] = 'diag_count'; changed[#changed + 1] = tostring(diag_count)
+      changed[#changed + 1] = 'diag_count'; changed[#changed + 1] = string.format('%d', diag_count)
     end
   end
 end
@@ -211,7 +260,7 @@ if applied < n then code = 0 end
 if applied > 0 then
   if token ~= '' then
     changed[#changed + 1] = 'append_token'
-    changed[#changed + 1] = token .. ' ' .. code .. ' ' .. last_sq .. ' ' .. applied
+    changed[#changed + 1] = string.format('%s %d %s %d', token, code, last_sq, applied)
   end
   if progress then
     changed[#changed + 1] = 'progress'; changed[#changed + 1] = progress
@@ -219,7 +268,7 @@ if applied > 0 then
   if steps then
     changed[#changed + 1] = 'steps'
     changed[#changed + 1] = (#steps == 0) and '[]' or cjson.encode(steps)
-    changed[#changed + 1] = 'steps_dropped'; changed[#changed + 1] = tostring(steps_dropped)
+    changed[#changed + 1] = 'steps_dropped'; changed[#changed + 1] = string.format('%d', steps_dropped)
   end
   changed[#changed + 1] = 'state'; changed[#changed + 1] = state
   changed[#changed + 1] = 'last_seq'; changed[#changed + 1] = last_sq

@@ -28,8 +28,7 @@
 --       among the levels' (`majordomus.priorities.tie_rank`)
 -- Answers {ahead}, or {-2, held id, its fingerprint} for a held idempotency key.
 local snap, stream, feed = KEYS[1], KEYS[2], KEYS[3]
-local id, ts, now, feed_max = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local due, head_ms = tonumber(ARGV[16]), tonumber(ARGV[19])
+local id, ts, feed_max = ARGV[1], ARGV[2], ARGV[4]
 local was = redis.call('HMGET', snap, 'created_by', 'ahead')
 if was[2] then
   -- This very call sent again (its answer was lost and the client retried; its token says
@@ -47,7 +46,11 @@ if KEYS[10] ~= unused then
     end
   end
 end
-local ready = due <= now
+-- Due now unless a due time is given (the caller gives one only when it is later). Text
+-- becomes a number only where arithmetic needs one: Lua reads a number with strtod and
+-- writes one with sprintf, and both cost as much as a small command here.
+local ready = ARGV[16] == '0'
+local due = not ready and tonumber(ARGV[16])
 -- The server's millisecond, not the caller's: the order of creation and a ready entry's
 -- place follow the order the starts reached Redis in, whichever process (and clock) sent
 -- each (one running behind would otherwise have its starts tie, `tie` below).
@@ -55,16 +58,19 @@ local t = redis.call('TIME')
 local snow = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local at = snow
 if not ready then at = due end
-local qscore = at - head_ms
+local qscore = at
+if ARGV[19] ~= '0' then qscore = at - tonumber(ARGV[19]) end
 -- Its place in the order of creation: epoch ms times 1024, kept rising within the
 -- partition (so newest-first is exact here) and congruent to the partition's index modulo
 -- the partitions (so no two partitions give one place): the lists of every partition
--- merge into one, and a place is a cursor. Written with %.0f: Lua would round it to 14
--- digits.
-local part, parts = tonumber(ARGV[26]), tonumber(ARGV[27])
+-- merge into one, and a place is a cursor. Written with %d (a 64-bit integer): Lua's own
+-- number text would round it to 14 digits.
 local order_n = math.max(snow * 1024, (tonumber(redis.call('GET', KEYS[8])) or 0) + 1)
-order_n = order_n + (part - order_n % parts) % parts
-local order = string.format('%.0f', order_n)
+if ARGV[27] ~= '1' then
+  local part, parts = tonumber(ARGV[26]), tonumber(ARGV[27])
+  order_n = order_n + (part - order_n % parts) % parts
+end
+local order = string.format('%d', order_n)
 redis.call('SET', KEYS[8], order)
 -- The tie: the entries of one place, in the order they were created. Entries of one
 -- place created in one millisecond are of one level (its head start fixes the ms) and
@@ -75,10 +81,16 @@ redis.call('SET', KEYS[8], order)
 -- breaks one by the order, for the entries that can share a score: those moved back in,
 -- scored on the millisecond, and a sub past 1023). Exact in a double while a place is
 -- below 2^41 ms (the year 2039; later, rounding can only make ties, never swap two).
-local sub = math.min(order_n - snow * 1024, 1023)
-local tie = (tonumber(ARGV[29]) * 1024 + sub) / 4096
-local place = string.format('%.0f', qscore)
-if tie > 0 then place = string.format('%.12f', qscore + tie) end
+-- A fraction of 4096ths has exactly 12 decimals (1/4096 = 0.000244140625): written as
+-- integers, which is the text %.12f would give, at a fraction of its cost.
+local tie = math.min(order_n - snow * 1024, 1023)
+if ARGV[29] ~= '0' then tie = tie + tonumber(ARGV[29]) * 1024 end
+local place
+if tie > 0 then
+  place = string.format('%d.%012d', qscore, tie * 244140625)
+else
+  place = string.format('%d', qscore)
+end
 -- Ahead: what the take serves first, every entry at or before its score (one on the same
 -- score was created before it, so comes first); for a delayed one, as things stand now.
 local ahead
@@ -89,17 +101,19 @@ else
   ahead = ahead + redis.call('ZCOUNT', KEYS[9], '-inf', due)
 end
 -- Numbers reach Redis as the strings they came as: Redis formats a Lua number argument
--- with snprintf('%.17g'), which costs more than most of the commands here. The empty
--- steps and diagnostics are written (append.lua reads them; a worker of the release
--- before this one, in a rolling upgrade, needs them there).
-local ahead_s = tostring(ahead)
-local fields = {'id', id, 'capability', ARGV[5], 'title', ARGV[6], 'input', ARGV[7],
-  'cancellable', ARGV[8], 'actor', ARGV[9], 'state', 'queued', 'created_at', ts,
-  'created_ms', ARGV[3], 'last_seq', '2', 'attempt', ARGV[24], 'steps', '[]',
-  'diagnostics', '[]', 'diag_count', '0', 'ahead', ahead_s, 'order', order,
-  'priority', ARGV[18], 'qoffset', ARGV[19], 'created_by', ARGV[28]}
+-- with snprintf('%.17g'), which costs more than most of the commands here.
+-- The snapshot is a small hash (a listpack) in which Redis finds a field by reading the
+-- fields before it: those every take and append reads come first. Steps and diagnostics
+-- are written by the first append that has one (append.lua and the readers take an
+-- absent one as empty).
+local ahead_s = string.format('%d', ahead)
+local created = {'state', 'queued', 'last_seq', '2', 'capability', ARGV[5], 'order', order,
+  'attempt', ARGV[24], 'ahead', ahead_s, 'created_by', ARGV[28], 'created_ms', ARGV[3],
+  'id', id, 'title', ARGV[6], 'input', ARGV[7], 'cancellable', ARGV[8], 'actor', ARGV[9],
+  'created_at', ts, 'priority', ARGV[18], 'qoffset', ARGV[19]}
+local n = #created
 local function field(name, value)
-  fields[#fields + 1] = name; fields[#fields + 1] = value
+  created[n + 1] = name; created[n + 2] = value; n = n + 2
 end
 if ARGV[10] ~= '' then field('episode', ARGV[10]) end
 if ARGV[15] ~= '0' then field('conc_limit', ARGV[15]) end
@@ -107,7 +121,7 @@ if not ready then field('due_ms', ARGV[16]); field('due_at', ARGV[17]) end
 if ARGV[22] ~= '' then field('schedule', ARGV[22]) end
 if ARGV[23] ~= '' then field('retry_of', ARGV[23]) end
 if KEYS[10] ~= unused then field('idempotency_key', ARGV[25]) end
-redis.call('HSET', snap, unpack(fields))
+redis.call('HSET', snap, unpack(created))
 local head = '{"schema_version":"1","event_id":"' .. id .. '#'
 local mid = '","execution_id":"' .. id .. '","sequence":'
 local e1 = head .. '1' .. mid .. '1,"timestamp":"' .. ts .. '","type":"execution.created","data":' .. ARGV[13] .. '}'
@@ -126,7 +140,7 @@ redis.call('ZADD', KEYS[5], at_s, id)
 -- due, so a start due later than the retention still runs with its input, and its key
 -- still answers it.
 local keep = ARGV[12]
-if not ready then keep = string.format('%.0f', tonumber(ARGV[12]) + (at - now)) end
+if not ready then keep = string.format('%d', tonumber(ARGV[12]) + (at - tonumber(ARGV[3]))) end
 if ARGV[11] ~= '' then redis.call('SET', KEYS[6], ARGV[11], 'PX', keep) end
 if ready then
   redis.call('ZADD', KEYS[7], place, id)

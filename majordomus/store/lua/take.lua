@@ -42,7 +42,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- `now` as Redis takes it: formatted once here (Redis formats a Lua number argument with
 -- snprintf('%.17g') each time it is passed, which costs more than most commands here).
-local now_s = string.format('%.0f', now)
+local now_s = string.format('%d', now)
 
 -- Epoch ms as the store's timestamps (RFC 3339 UTC, milliseconds): the calendar from the
 -- day count (H. Hinnant's days-to-civil), for a take whose timestamp is the server's.
@@ -102,7 +102,7 @@ end
 if redis.call('EXISTS', lease) == 0 then return 'lapsed' end
 
 -- What has come due moves into the ready queue (a bounded batch; the rest next time).
-local ripe = redis.call('ZRANGEBYSCORE', delayed, '-inf', now, 'WITHSCORES', 'LIMIT', 0, 256)
+local ripe = redis.call('ZRANGEBYSCORE', delayed, '-inf', now_s, 'WITHSCORES', 'LIMIT', 0, 256)
 for i = 1, #ripe, 2 do
   local off = redis.call('HGET', prefix .. 'x:' .. ripe[i], 'qoffset')
   redis.call('ZADD', queue, tonumber(ripe[i + 1]) - (tonumber(off or '0') or 0), ripe[i])
@@ -115,11 +115,11 @@ end
 -- also reads every other entry of its last score, and a tie at its edge is broken rightly.
 local due = {}
 if count > 0 then due = redis.call('ZRANGE', queue, 0, count - 1, 'WITHSCORES') end
-local seen = {}
-local cands = {}
+-- The candidates as parallel lists (id, score text), in the queue's order.
+local cid, cscore = {}, {}
 for i = 1, #due, 2 do
-  seen[due[i]] = true
-  cands[#cands + 1] = {id = due[i], score = tonumber(due[i + 1])}
+  cid[#cid + 1] = due[i]
+  cscore[#cscore + 1] = due[i + 1]
 end
 -- (A score with a fraction that is not a burst's last is one start's alone: not read;
 -- past 2^41 ms, the year 2039, a fraction may be rounded, so every edge is read.)
@@ -128,61 +128,86 @@ local function may_tie(score)
   local tie = (score - math.floor(score)) * 4096
   return tie == 0 or tie % 1024 == 1023
 end
-if #cands == count and count > 0 and may_tie(cands[#cands].score) then
+if #cid == count and count > 0 and may_tie(tonumber(cscore[#cscore])) then
   local edge = due[#due]
+  local seen = {}
+  for _, id in ipairs(cid) do seen[id] = true end
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', queue, edge, edge)) do
-    if not seen[id] then cands[#cands + 1] = {id = id, score = tonumber(edge)} end
+    if not seen[id] then cid[#cid + 1] = id; cscore[#cscore + 1] = edge end
   end
 end
-for _, c in ipairs(cands) do
-  c.snap = prefix .. 'x:' .. c.id
-  c.cur = redis.call('HMGET', c.snap, 'state', 'capability', 'conc_limit', 'order',
+local csnap, ccur = {}, {}
+local tied = false
+for j = 1, #cid do
+  csnap[j] = prefix .. 'x:' .. cid[j]
+  ccur[j] = redis.call('HMGET', csnap[j], 'state', 'capability', 'conc_limit', 'order',
     'last_seq', 'attempt')
-  c.order = tonumber(c.cur[4] or '0') or 0
+  if j > 1 and cscore[j] == cscore[j - 1] then tied = true end
 end
-table.sort(cands, function(a, b)
-  if a.score ~= b.score then return a.score < b.score end
-  return a.order < b.order
-end)
-local out = {false}
-local ids = {}
-for _, c in ipairs(cands) do
+-- The queue gives them by score, and entries of one score by id: only a tie is put in
+-- the order of creation (scores and orders read as numbers only then).
+if tied then
+  local at = {}
+  for j = 1, #cid do
+    at[j] = {cid[j], tonumber(cscore[j]), tonumber(ccur[j][4] or '0') or 0, csnap[j], ccur[j]}
+  end
+  table.sort(at, function(a, b)
+    if a[2] ~= b[2] then return a[2] < b[2] end
+    return a[3] < b[3]
+  end)
+  for j = 1, #at do cid[j], csnap[j], ccur[j] = at[j][1], at[j][4], at[j][5] end
+end
+-- Each candidate looked at leaves the queue; each one started is claimed. The index and
+-- set updates of the whole batch are one command each (a batch is one atomic step).
+-- (made with room for four starts: a table grown one item at a time is copied as it grows)
+local out = {false, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+local ids, inputs, looked = {}, {}, 0
+for j = 1, #cid do
   if #ids >= count then break end
-  local id, snap, cur = c.id, c.snap, c.cur
-  redis.call('ZREM', queue, id)
+  local id, snap, cur = cid[j], csnap[j], ccur[j]
+  looked = j
   local go = cur[1] == 'queued'
-  local limit = tonumber(cur[3] or '0') or 0
-  if go and limit > 0 then
-    local slots = prefix .. 'conc:' .. cur[2]
-    redis.call('ZREMRANGEBYSCORE', slots, '-inf', now)
-    if not redis.call('ZSCORE', slots, id) and redis.call('ZCARD', slots) >= limit then
-      redis.call('ZADD', slots .. ':waiting', cur[4], id)  -- first come, first served
-      go = false
-    else
-      redis.call('ZADD', slots, now + slot_ms, id)
+  if go and cur[3] then
+    local limit = tonumber(cur[3]) or 0
+    if limit > 0 then
+      local slots = prefix .. 'conc:' .. cur[2]
+      redis.call('ZREMRANGEBYSCORE', slots, '-inf', now_s)
+      if not redis.call('ZSCORE', slots, id) and redis.call('ZCARD', slots) >= limit then
+        redis.call('ZADD', slots .. ':waiting', cur[4], id)  -- first come, first served
+        go = false
+      else
+        redis.call('ZADD', slots, string.format('%d', now + slot_ms), id)
+      end
     end
   end
   if go then
     local seq = tonumber(cur[5]) + 1
-    local sq = tostring(seq)
+    local sq = string.format('%d', seq)
     local env = '{"schema_version":"1","event_id":"' .. id .. '#' .. sq ..
       '","execution_id":"' .. id .. '","sequence":' .. sq .. ',"timestamp":"' .. ts ..
       '","type":"execution.started"}'
     redis.call('XADD', snap .. ':events', sq .. '-0', 'e', env)
     redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', sq, 'e', env)
     redis.call('HSET', snap, 'state', 'running', 'started_at', ts, 'started_ms', now_s,
-      'worker', worker, 'attempt', tostring((tonumber(cur[6]) or 0) + 1), 'last_seq', sq)
-    redis.call('ZREM', queued, id)
-    redis.call('ZADD', running, now_s, id)
-    redis.call('SADD', mine, id)
+      'worker', worker, 'attempt', string.format('%d', (tonumber(cur[6]) or 0) + 1),
+      'last_seq', sq)
     ids[#ids + 1] = id
+    inputs[#inputs + 1] = snap .. ':input'
     out[#out + 1] = id
     out[#out + 1] = cur[2]
-    out[#out + 1] = redis.call('GET', snap .. ':input')
+    out[#out + 1] = false  -- its worker-only input, read below
     out[#out + 1] = seq
   end
 end
+if looked > 0 then redis.call('ZREM', queue, unpack(cid, 1, looked)) end
 if #ids > 0 then
+  redis.call('ZREM', queued, unpack(ids))
+  local scored = {}
+  for j = 1, #ids do scored[2 * j - 1] = now_s; scored[2 * j] = ids[j] end
+  redis.call('ZADD', running, unpack(scored))
+  redis.call('SADD', mine, unpack(ids))
+  local got = redis.call('MGET', unpack(inputs))
+  for j = 1, #ids do out[4 * j] = got[j] end
   redis.call('SET', last, token .. ' ' .. table.concat(ids, ' '), 'PX', ARGV[8])
 end
 out[1] = next_due()
