@@ -312,6 +312,15 @@ async def test_a_burst_of_starts_gets_one_score_each_and_a_take_reads_only_what_
     # one look at the delayed set per take: no read of a tie at a batch's edge.
     assert stats["cmdstat_hmget"]["calls"] == 200
     assert stats["cmdstat_zrangebyscore"]["calls"] == takes
+    # The claim's writes: two events and the snapshot per execution; the batch's index and
+    # set updates (off the queue, off the queued index, onto the running index and the
+    # worker's running set) and its worker-only inputs are one command each per take.
+    assert stats["cmdstat_xadd"]["calls"] == 2 * 200
+    assert stats["cmdstat_hset"]["calls"] == 200
+    assert stats["cmdstat_zrem"]["calls"] == 2 * takes
+    assert stats["cmdstat_zadd"]["calls"] == takes
+    assert stats["cmdstat_sadd"]["calls"] == takes
+    assert stats["cmdstat_mget"]["calls"] == takes
 
 
 async def test_entries_that_share_a_score_are_still_taken_oldest_first(engine: Engine) -> None:
