@@ -179,8 +179,6 @@ class ExecutionStore(StoreBase):
             part.queue,
             part.created_counter,
             part.delayed,
-            part.idempotency(plan.idempotency_key) if plan.idempotency_key else part.base,
-            k.snapshot(retried) if retried else part.base,
             part.wakeup,
         ]
         args: list[bytes | str | int | float] = [
@@ -193,27 +191,36 @@ class ExecutionStore(StoreBase):
             input_json,
             "1" if cancellable else "0",
             actor,
-            episode or "",
             secret_json or b"",
             int(self.settings.retain_seconds * 1000),  # integers: create.lua passes them on as they are
             created_data,
             k.wake_channel,
-            max_concurrency or 0,
-            due_ms,
-            stamp_of(due_ms) if due_ms else "",
             plan.priority,
             int(HEAD_START[plan.priority] * aging_ms),
-            plan.fingerprint,
             part.base,
-            plan.schedule or "",
-            plan.retry_of or "",
             plan.attempts_before,
-            plan.idempotency_key or "",
-            part.index,
-            k.partition_count,
             self.next_token(),
             tie_rank(plan.priority, aging_ms),
         ]
+        # The options this start has, as (name, value) pairs after the rest (create.lua).
+        if episode:
+            args += ("episode", episode)
+        if max_concurrency:
+            args += ("conc_limit", max_concurrency)
+        if due_ms:
+            args += ("due_ms", due_ms, "due_at", stamp_of(due_ms))
+        if plan.schedule:
+            args += ("schedule", plan.schedule)
+        if plan.retry_of:
+            args += ("retry_of", plan.retry_of)
+        if plan.idempotency_key:
+            keys.append(part.idempotency(plan.idempotency_key))
+            args += ("idempotency", plan.idempotency_key, "fingerprint", plan.fingerprint)
+        if retried:
+            keys.append(k.snapshot(retried))
+            args += ("retried", "1")
+        if k.partition_count > 1:
+            args += ("part", part.index, "parts", k.partition_count)
         answer = await self._create(keys=keys, args=args)
         code = int(answer[0])
         if code == -2:

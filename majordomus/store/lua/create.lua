@@ -14,34 +14,42 @@
 -- A retry (`retry_of`) names the attempt it retries, which is told `retried_as` here too.
 --
 -- KEYS: snapshot, events, feed, idx:all, idx:queued, secret input, queue, the creation
---       counter (the last place in the order of creation given here), delayed, idempotency
---       key, the retried attempt's snapshot (either, when unused, the partition's key
---       base ARGV[21]: a key of the same slot, which a Redis Cluster requires of every key),
---       the wake-up list
+--       counter (the last place in the order of creation given here), delayed, the wake-up
+--       list; then, with the options that name them, the idempotency key and the retried
+--       attempt's snapshot (keys of the partition's slot, as a Redis Cluster requires)
 -- ARGV: id, timestamp, now_ms, feed_max, capability, title, input JSON (redacted),
---       cancellable, actor, episode, secret JSON or '', secret ttl ms (also the
---       idempotency key's), created data JSON, wake channel, max_concurrency (0: none),
---       due ms (0: now), due timestamp, priority, its head start ms, fingerprint,
---       the partition's key base, schedule or '', retry_of or '', attempts before,
---       idempotency key text, the partition's index, the partitions, the call's token
---       (`next_token`: the same call sent again is known by it), the rank of its head start
---       among the levels' (`majordomus.priorities.tie_rank`)
+--       cancellable, actor, secret JSON or '', secret ttl ms (also the idempotency key's),
+--       created data JSON, wake channel, priority, its head start ms, the partition's key
+--       base, attempts before, the call's token (`next_token`: the same call sent again is
+--       known by it), the rank of its head start among the levels'
+--       (`majordomus.priorities.tie_rank`); then the options a start has, as (name, value)
+--       pairs: episode, conc_limit (max_concurrency), due_ms and due_at (due later),
+--       schedule, retry_of, retried ('1': the retried attempt's snapshot is a key, told
+--       `retried_as`), idempotency (the key's text) and fingerprint, part and parts (the
+--       partition's index and the partitions, when there are several). A plain start has
+--       none: every argument costs Redis about as much as a small command, as it is read,
+--       then made a Lua value.
 -- Answers {ahead}, or {-2, held id, its fingerprint} for a held idempotency key.
 local snap, stream, feed = KEYS[1], KEYS[2], KEYS[3]
+-- The options a start has (most have none), and the keys that come with two of them.
+local opt = {}
+for i = 20, #ARGV, 2 do opt[ARGV[i]] = ARGV[i + 1] end
+local idem_key, retried_key = nil, nil
+if opt.idempotency then idem_key = KEYS[11] end
+if opt.retried then retried_key = KEYS[idem_key and 12 or 11] end
 local id, ts, feed_max = ARGV[1], ARGV[2], ARGV[4]
 local was = redis.call('HMGET', snap, 'created_by', 'ahead')
 if was[2] then
   -- This very call sent again (its answer was lost and the client retried; its token says
   -- so): the same answer. Any other start that drew this id draws another (`IdTaken`).
-  if was[1] == ARGV[28] then return {tonumber(was[2])} end
+  if was[1] == ARGV[18] then return {tonumber(was[2])} end
   return {-1}
 end
-local unused = ARGV[21]
-if KEYS[10] ~= unused then
-  local held = redis.call('GET', KEYS[10])
+if idem_key then
+  local held = redis.call('GET', idem_key)
   if held then
     local hid, hfp = string.match(held, '^(%S+) (%S*)$')
-    if hid and redis.call('EXISTS', ARGV[21] .. 'x:' .. hid) == 1 then
+    if hid and redis.call('EXISTS', ARGV[16] .. 'x:' .. hid) == 1 then
       return {-2, hid, hfp}
     end
   end
@@ -49,8 +57,8 @@ end
 -- Due now unless a due time is given (the caller gives one only when it is later). Text
 -- becomes a number only where arithmetic needs one: Lua reads a number with strtod and
 -- writes one with sprintf, and both cost as much as a small command here.
-local ready = ARGV[16] == '0'
-local due = not ready and tonumber(ARGV[16])
+local ready = not opt.due_ms
+local due = not ready and tonumber(opt.due_ms)
 -- The server's millisecond, not the caller's: the order of creation and a ready entry's
 -- place follow the order the starts reached Redis in, whichever process (and clock) sent
 -- each (one running behind would otherwise have its starts tie, `tie` below).
@@ -59,15 +67,15 @@ local snow = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local at = snow
 if not ready then at = due end
 local qscore = at
-if ARGV[19] ~= '0' then qscore = at - tonumber(ARGV[19]) end
+if ARGV[15] ~= '0' then qscore = at - tonumber(ARGV[15]) end
 -- Its place in the order of creation: epoch ms times 1024, kept rising within the
 -- partition (so newest-first is exact here) and congruent to the partition's index modulo
 -- the partitions (so no two partitions give one place): the lists of every partition
 -- merge into one, and a place is a cursor. Written with %d (a 64-bit integer): Lua's own
 -- number text would round it to 14 digits.
 local order_n = math.max(snow * 1024, (tonumber(redis.call('GET', KEYS[8])) or 0) + 1)
-if ARGV[27] ~= '1' then
-  local part, parts = tonumber(ARGV[26]), tonumber(ARGV[27])
+if opt.parts then
+  local part, parts = tonumber(opt.part), tonumber(opt.parts)
   order_n = order_n + (part - order_n % parts) % parts
 end
 local order = string.format('%d', order_n)
@@ -75,7 +83,7 @@ redis.call('SET', KEYS[8], order)
 -- The tie: the entries of one place, in the order they were created. Entries of one
 -- place created in one millisecond are of one level (its head start fixes the ms) and
 -- follow their order's rise within the ms (`sub`); created in different ones, they are of
--- different levels, the earlier created the one with the lower head start (`ARGV[29]`, its
+-- different levels, the earlier created the one with the lower head start (`ARGV[19]`, its
 -- rank). So the place plus (rank * 1024 + sub) / 4096 orders them as created, and a take
 -- reading the queue's head in score order needs no snapshot to break a tie (take.lua still
 -- breaks one by the order, for the entries that can share a score: those moved back in,
@@ -84,7 +92,7 @@ redis.call('SET', KEYS[8], order)
 -- A fraction of 4096ths has exactly 12 decimals (1/4096 = 0.000244140625): written as
 -- integers, which is the text %.12f would give, at a fraction of its cost.
 local tie = math.min(order_n - snow * 1024, 1023)
-if ARGV[29] ~= '0' then tie = tie + tonumber(ARGV[29]) * 1024 end
+if ARGV[19] ~= '0' then tie = tie + tonumber(ARGV[19]) * 1024 end
 local place
 if tie > 0 then
   place = string.format('%d.%012d', qscore, tie * 244140625)
@@ -108,25 +116,25 @@ end
 -- absent one as empty).
 local ahead_s = string.format('%d', ahead)
 local created = {'state', 'queued', 'last_seq', '2', 'capability', ARGV[5], 'order', order,
-  'attempt', ARGV[24], 'ahead', ahead_s, 'created_by', ARGV[28], 'created_ms', ARGV[3],
+  'attempt', ARGV[17], 'ahead', ahead_s, 'created_by', ARGV[18], 'created_ms', ARGV[3],
   'id', id, 'title', ARGV[6], 'input', ARGV[7], 'cancellable', ARGV[8], 'actor', ARGV[9],
-  'created_at', ts, 'priority', ARGV[18], 'qoffset', ARGV[19]}
+  'created_at', ts, 'priority', ARGV[14], 'qoffset', ARGV[15]}
 local n = #created
 local function field(name, value)
   created[n + 1] = name; created[n + 2] = value; n = n + 2
 end
-if ARGV[10] ~= '' then field('episode', ARGV[10]) end
-if ARGV[15] ~= '0' then field('conc_limit', ARGV[15]) end
-if not ready then field('due_ms', ARGV[16]); field('due_at', ARGV[17]) end
-if ARGV[22] ~= '' then field('schedule', ARGV[22]) end
-if ARGV[23] ~= '' then field('retry_of', ARGV[23]) end
-if KEYS[10] ~= unused then field('idempotency_key', ARGV[25]) end
+if opt.episode then field('episode', opt.episode) end
+if opt.conc_limit then field('conc_limit', opt.conc_limit) end
+if not ready then field('due_ms', opt.due_ms); field('due_at', opt.due_at) end
+if opt.schedule then field('schedule', opt.schedule) end
+if opt.retry_of then field('retry_of', opt.retry_of) end
+if idem_key then field('idempotency_key', opt.idempotency) end
 redis.call('HSET', snap, unpack(created))
 local head = '{"schema_version":"1","event_id":"' .. id .. '#'
 local mid = '","execution_id":"' .. id .. '","sequence":'
-local e1 = head .. '1' .. mid .. '1,"timestamp":"' .. ts .. '","type":"execution.created","data":' .. ARGV[13] .. '}'
+local e1 = head .. '1' .. mid .. '1,"timestamp":"' .. ts .. '","type":"execution.created","data":' .. ARGV[12] .. '}'
 local queued = '{"ahead":' .. ahead_s
-if not ready then queued = queued .. ',"due_at":"' .. ARGV[17] .. '"' end
+if not ready then queued = queued .. ',"due_at":"' .. opt.due_at .. '"' end
 local e2 = head .. '2' .. mid .. '2,"timestamp":"' .. ts .. '","type":"execution.queued","data":' .. queued .. '}}'
 redis.call('XADD', stream, '1-0', 'e', e1)
 redis.call('XADD', stream, '2-0', 'e', e2)
@@ -134,28 +142,28 @@ redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 1, 'e', e1)
 redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 2, 'e', e2)
 redis.call('ZADD', KEYS[4], order, id)
 -- idx:queued is scored by when it is due, so a wait is counted from then.
-local at_s = ready and ARGV[3] or ARGV[16]
+local at_s = ready and ARGV[3] or opt.due_ms
 redis.call('ZADD', KEYS[5], at_s, id)
 -- The worker-only input and the idempotency key are kept the retention past when it is
 -- due, so a start due later than the retention still runs with its input, and its key
 -- still answers it.
-local keep = ARGV[12]
-if not ready then keep = string.format('%d', tonumber(ARGV[12]) + (at - tonumber(ARGV[3]))) end
-if ARGV[11] ~= '' then redis.call('SET', KEYS[6], ARGV[11], 'PX', keep) end
+local keep = ARGV[11]
+if not ready then keep = string.format('%d', tonumber(ARGV[11]) + (at - tonumber(ARGV[3]))) end
+if ARGV[10] ~= '' then redis.call('SET', KEYS[6], ARGV[10], 'PX', keep) end
 if ready then
   redis.call('ZADD', KEYS[7], place, id)
 else
-  redis.call('ZADD', KEYS[9], ARGV[16], id)
+  redis.call('ZADD', KEYS[9], opt.due_ms, id)
 end
 -- An idle worker waiting on the wake-up list takes it now (its take is queued behind its
 -- blocking pop), or, due later, learns when to wake; kept short (back to 16 once past 32,
 -- so a burst with every worker busy trims it once in 16 starts, not at each): a wake-up
 -- nobody waits for costs one empty take, and the take that leaves the queue empty drops
 -- them all.
-if redis.call('LPUSH', KEYS[12], id) > 32 then redis.call('LTRIM', KEYS[12], 0, 15) end
-if KEYS[10] ~= unused then redis.call('SET', KEYS[10], id .. ' ' .. ARGV[20], 'PX', keep) end
-if KEYS[11] ~= unused and redis.call('EXISTS', KEYS[11]) == 1 then
-  redis.call('HSET', KEYS[11], 'retried_as', id)
+if redis.call('LPUSH', KEYS[10], id) > 32 then redis.call('LTRIM', KEYS[10], 0, 15) end
+if idem_key then redis.call('SET', idem_key, id .. ' ' .. opt.fingerprint, 'PX', keep) end
+if retried_key and redis.call('EXISTS', retried_key) == 1 then
+  redis.call('HSET', retried_key, 'retried_as', id)
 end
-redis.call('PUBLISH', ARGV[14], id)
+redis.call('PUBLISH', ARGV[13], id)
 return {ahead}
