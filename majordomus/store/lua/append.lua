@@ -101,7 +101,7 @@ if at_end > 0 then
   conc_limit = cur[at_end + 1] and tonumber(cur[at_end + 1]) or 0
 end
 local steps_dropped = at_steps > 0 and tonumber(cur[at_steps] or '0') or 0
-local steps_max = nil  -- read with the first step
+local steps_max = want_steps and tonumber(ARGV[13])  -- the steps' cap, for a step
 local function read_steps() return cjson.decode(redis.call('HGET', snap, 'steps') or '[]') end
 local changed_started = nil  -- started_ms of a claim in this very batch
 local steps = nil
@@ -216,7 +216,6 @@ for i = 1, n do
     progress = d
   elseif t == 'execution.step.started' then
     steps = steps or read_steps()
-    steps_max = steps_max or tonumber(ARGV[13])
     local s = cjson.decode(d)
     if #steps < steps_max then
       steps[#steps + 1] = {name = s.name, title = s.title, state = 'running', started_at = ts}
@@ -230,7 +229,6 @@ for i = 1, n do
     for j = #steps, 1, -1 do
       if steps[j].name == s.name and steps[j].state == 'running' then found = steps[j]; break end
     end
-    steps_max = steps_max or tonumber(ARGV[13])
     if not found and #steps < steps_max then
       found = {name = s.name, title = s.name, started_at = ts}
       steps[#steps + 1] = found
