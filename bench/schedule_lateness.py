@@ -54,7 +54,7 @@ def epoch_ms(stamp: str) -> float:
 
 
 async def run(bench: Bench, ticks: int | None = None, workers: int = WORKERS) -> list[Row]:
-    ticks = ticks or bench.size(TICKS, 5)
+    ticks = ticks or bench.size(TICKS, 3)
     with children() as started:
         started.extend(majordomus_worker(bench) for _ in range(workers))
         await wait_for_workers(bench, workers)

@@ -104,6 +104,9 @@ class IdTaken(RuntimeError):
 EventWrite = tuple[str, bytes]
 """An event to append: its type and its `data` as JSON bytes (b'' for none)."""
 
+STEP_EVENTS = frozenset({"execution.step.started", "execution.step.completed"})
+"""The event types append.lua folds into the snapshot's steps (it is sent their cap)."""
+
 
 class ExecutionStore(StoreBase):
     def __init__(self, redis: RedisClient, settings: Settings) -> None:
@@ -245,12 +248,9 @@ class ExecutionStore(StoreBase):
             k.snapshot(execution_id),
             k.events(execution_id),
             part.feed,
-            part.queued,
             part.running,
             part.finished,
             k.secret_input(execution_id),
-            part.queue,
-            part.delayed,
         ]
         args: list[Any] = [
             execution_id,
@@ -259,19 +259,29 @@ class ExecutionStore(StoreBase):
             self.settings.retain_seconds,
             self.settings.feed_max_events,
             worker or "",
-            k.cancel_channel,
             LIMITS.stream_events,
             len(events),
-            "1" if read_secret else "0",
             part.base,
-            k.wake_channel,
-            LIMITS.steps,
             token or "",
-            part.lease(lapsed) if lapsed else "",
+            k.wake_channel,
         ]
+        cancels = steps = False
         for event_type, data in events:
             args.append(event_type)
             args.append(data)
+            if event_type == "execution.cancelling":
+                cancels = True
+            elif event_type in STEP_EVENTS:
+                steps = True
+        # The options (append.lua): only what this batch uses is sent.
+        if cancels:
+            args += ("cancel", k.cancel_channel)
+        if read_secret:
+            args += ("secret", "1")
+        if steps:
+            args += ("steps", LIMITS.steps)
+        if lapsed:
+            args += ("lapsed", part.lease(lapsed))
         return keys, args
 
     async def append(

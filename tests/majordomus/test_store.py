@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import msgspec
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from majordomus.config import LIMITS
 from majordomus.engine import Engine
 from majordomus.errors import MajordomusError
+from majordomus.start_options import StartOptions
 from majordomus.states import STATES, may_move_to
 from majordomus.store.clock import now_stamp
 from majordomus.store.executions import IdTaken, encode
@@ -226,6 +228,29 @@ async def test_a_start_answers_the_queued_snapshot_and_two_events(engine: Engine
     second = await engine.start("tests.noop", {})
     assert (await engine.events(second.id)).events[1].data.ahead == 1  # type: ignore[union-attr]
     assert msgspec.json.decode(msgspec.json.encode(await engine.get(snap.id)))["state"] == "queued"
+
+
+async def test_an_end_or_a_claim_by_append_clears_the_queue_entries_append_names_itself(
+    engine: Engine,
+) -> None:
+    """append.lua is not sent idx:queued, the queue and the delayed set (a worker's end never
+    needs them): it names them from the partition's base. An end of a queued execution, ready
+    or due later, and a claim by append leave no entry behind in any of them."""
+    part = engine.store.keys.partitions[0]
+    ready = await queued(engine)
+    later = (await engine.start("tests.noop", {}, options=StartOptions(start_at_ms=int(time.time() * 1000) + 60_000))).id
+    claimed = await queued(engine)
+    assert await engine.redis.zscore(part.queue, ready) is not None
+    assert await engine.redis.zscore(part.delayed, later) is not None
+    for xid in (ready, later):
+        assert (await engine.store.append(xid, [EVENT_FOR["cancelled"]])).complete
+    assert (await engine.store.append(claimed, [EVENT_FOR["running"]], worker="w1")).complete
+    for xid in (ready, later, claimed):
+        for index in (part.queue, part.delayed, part.queued):
+            assert await engine.redis.zscore(index, xid) is None, (xid, index)
+    assert await engine.redis.zscore(part.running, claimed) is not None
+    assert await engine.redis.sismember(part.worker_running("w1"), claimed)
+    assert {m.decode() for m in await engine.redis.zrange(part.finished, 0, -1)} == {ready, later}
 
 
 async def test_the_unredacted_input_is_only_in_the_worker_key(engine: Engine) -> None:

@@ -72,14 +72,26 @@ if ARGV[15] ~= '0' then qscore = at - tonumber(ARGV[15]) end
 -- partition (so newest-first is exact here) and congruent to the partition's index modulo
 -- the partitions (so no two partitions give one place): the lists of every partition
 -- merge into one, and a place is a cursor. Written with %d (a 64-bit integer): Lua's own
--- number text would round it to 14 digits.
-local order_n = math.max(snow * 1024, (tonumber(redis.call('GET', KEYS[8])) or 0) + 1)
+-- number text would round it to 14 digits. With one partition the next in a burst is the
+-- counter's INCR (one command, which answers a number: no text to parse); the first start
+-- of a millisecond sets it to that millisecond's first place.
+local order_n, order
 if opt.parts then
   local part, parts = tonumber(opt.part), tonumber(opt.parts)
+  order_n = math.max(snow * 1024, (tonumber(redis.call('GET', KEYS[8])) or 0) + 1)
   order_n = order_n + (part - order_n % parts) % parts
+  order = string.format('%d', order_n)
+  redis.call('SET', KEYS[8], order)
+else
+  order_n = redis.call('INCR', KEYS[8])
+  if order_n < snow * 1024 then
+    order_n = snow * 1024
+    order = string.format('%d', order_n)
+    redis.call('SET', KEYS[8], order)
+  else
+    order = string.format('%d', order_n)
+  end
 end
-local order = string.format('%d', order_n)
-redis.call('SET', KEYS[8], order)
 -- The tie: the entries of one place, in the order they were created. Entries of one
 -- place created in one millisecond are of one level (its head start fixes the ms) and
 -- follow their order's rise within the ms (`sub`); created in different ones, they are of
