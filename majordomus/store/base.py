@@ -13,7 +13,7 @@ from redis.commands.core import AsyncScript
 from majordomus.config import Settings
 from majordomus.store.connect import RedisClient
 from majordomus.store.keys import Keys
-from majordomus.store.scripts import load_script
+from majordomus.store.scripts import load_script, with_constants
 
 
 class StoreBase:
@@ -22,9 +22,11 @@ class StoreBase:
         self.settings = settings
         self.keys = Keys(settings.key_prefix, settings.partitions)
 
-    def script(self, name: str) -> AsyncScript:
-        """`lua/<name>` registered on this store's client (loaded by its first call)."""
-        return self.redis.register_script(load_script(name))
+    def script(self, name: str, constants: dict[str, str | int] | None = None) -> AsyncScript:
+        """`lua/<name>` registered on this store's client (loaded by its first call), with
+        `constants` at its head (`scripts.with_constants`)."""
+        text = load_script(name)
+        return self.redis.register_script(with_constants(text, constants) if constants else text)
 
     async def ping(self) -> bool:
         return bool(await self.redis.ping())

@@ -20,6 +20,7 @@ from typing import Any
 
 import msgspec
 from redis.asyncio.client import Pipeline
+from redis.commands.core import AsyncScript
 
 from majordomus.config import LIMITS, Settings
 from majordomus.ids import new_execution_id
@@ -29,6 +30,7 @@ from majordomus.store.batching import BatchedScript
 from majordomus.store.clock import now_stamp, stamp_of
 from majordomus.store.connect import RedisClient, is_cluster
 from majordomus.store.feed import FeedStore
+from majordomus.store.keys import Partition
 from majordomus.store.queue import QueueStore
 from majordomus.store.signals import SignalStore
 from majordomus.store.workers import WorkerStore
@@ -104,18 +106,50 @@ class IdTaken(RuntimeError):
 EventWrite = tuple[str, bytes]
 """An event to append: its type and its `data` as JSON bytes (b'' for none)."""
 
-STEP_EVENTS = frozenset({"execution.step.started", "execution.step.completed"})
-"""The event types append.lua folds into the snapshot's steps (it is sent their cap)."""
-
 
 class ExecutionStore(StoreBase):
     def __init__(self, redis: RedisClient, settings: Settings) -> None:
         super().__init__(redis, settings)
-        self._append = BatchedScript(self.redis, self.script("append.lua"))
-        self._create = BatchedScript(self.redis, self.script("create.lua"))
+        # One text of each per partition, its keys and settings as constants (`scripts`).
+        parts = self.keys.partitions
+        self._appends = [BatchedScript(self.redis, self._append_script(p)) for p in parts]
+        self._creates = [BatchedScript(self.redis, self._create_script(p)) for p in parts]
         self._page_callbacks: Any = None
         self._token_prefix = os.urandom(6).hex()
         self._tokens = itertools.count(1)
+
+    def _create_script(self, part: Partition) -> AsyncScript:
+        return self.script("create.lua", {
+            "FEED": part.feed,
+            "ALL": part.all,
+            "QUEUED": part.queued,
+            "QUEUE": part.queue,
+            "COUNTER": part.created_counter,
+            "DELAYED": part.delayed,
+            "WAKEUP": part.wakeup,
+            "BASE": part.base,
+            "FEED_MAX": str(self.settings.feed_max_events),
+            "RETAIN_MS": str(int(self.settings.retain_seconds * 1000)),
+            "WAKE": self.keys.wake_channel,
+        })  # fmt: skip
+
+    def _append_script(self, part: Partition) -> AsyncScript:
+        return self.script("append.lua", {
+            "FEED": part.feed,
+            "QUEUED": part.queued,
+            "RUNNING": part.running,
+            "FINISHED": part.finished,
+            "QUEUE": part.queue,
+            "DELAYED": part.delayed,
+            "WAKEUP": part.wakeup,
+            "BASE": part.base,
+            "RETAIN": str(self.settings.retain_seconds),
+            "FEED_MAX": str(self.settings.feed_max_events),
+            "STREAM_MAX": str(LIMITS.stream_events),
+            "STEPS_MAX": LIMITS.steps,
+            "WAKE": self.keys.wake_channel,
+            "CANCEL": self.keys.cancel_channel,
+        })  # fmt: skip
 
     def next_token(self) -> str:
         """A token no other append of any process carries (a random prefix and a count)."""
@@ -172,35 +206,20 @@ class ExecutionStore(StoreBase):
         retried = plan.retry_of if plan.retry_of else None
         if retried is not None and k.partition_of(retried) is not part:
             retried = None  # never so (`new_id`): a link across slots would not be atomic
-        keys = [
-            k.snapshot(execution_id),
-            k.events(execution_id),
-            part.feed,
-            part.all,
-            part.queued,
-            k.secret_input(execution_id),
-            part.queue,
-            part.created_counter,
-            part.delayed,
-            part.wakeup,
-        ]
+        keys = [k.snapshot(execution_id), k.events(execution_id), k.secret_input(execution_id)]
         args: list[bytes | str | int | float] = [
             execution_id,
             stamp,
             ms,
-            self.settings.feed_max_events,
             capability,
             title,
             input_json,
             "1" if cancellable else "0",
             actor,
             secret_json or b"",
-            int(self.settings.retain_seconds * 1000),  # integers: create.lua passes them on as they are
             created_data,
-            k.wake_channel,
             plan.priority,
             int(HEAD_START[plan.priority] * aging_ms),
-            part.base,
             plan.attempts_before,
             self.next_token(),
             tie_rank(plan.priority, aging_ms),
@@ -224,7 +243,7 @@ class ExecutionStore(StoreBase):
             args += ("retried", "1")
         if k.partition_count > 1:
             args += ("part", part.index, "parts", k.partition_count)
-        answer = await self._create(keys=keys, args=args)
+        answer = await self._creates[part.index](keys=keys, args=args)
         code = int(answer[0])
         if code == -2:
             return Created(0, stamp, held_by=_text(answer[1]), held_fingerprint=_text(answer[2]))
@@ -240,49 +259,22 @@ class ExecutionStore(StoreBase):
         read_secret: bool = False,
         token: str | None = None,
         lapsed: str | None = None,
-    ) -> tuple[list[str], list[Any]]:
+    ) -> tuple[BatchedScript, list[str], list[Any]]:
+        """The partition's append script, and the call's keys and arguments (append.lua)."""
         k = self.keys
         part = k.partition_of(execution_id)
         stamp, ms = now_stamp()
-        keys = [
-            k.snapshot(execution_id),
-            k.events(execution_id),
-            part.feed,
-            part.running,
-            part.finished,
-            k.secret_input(execution_id),
-        ]
-        args: list[Any] = [
-            execution_id,
-            stamp,
-            ms,
-            self.settings.retain_seconds,
-            self.settings.feed_max_events,
-            worker or "",
-            LIMITS.stream_events,
-            len(events),
-            part.base,
-            token or "",
-            k.wake_channel,
-        ]
-        cancels = steps = False
+        keys = [k.snapshot(execution_id), k.events(execution_id), k.secret_input(execution_id)]
+        args: list[Any] = [execution_id, stamp, ms, worker or "", len(events), token or ""]
         for event_type, data in events:
             args.append(event_type)
             args.append(data)
-            if event_type == "execution.cancelling":
-                cancels = True
-            elif event_type in STEP_EVENTS:
-                steps = True
-        # The options (append.lua): only what this batch uses is sent.
-        if cancels:
-            args += ("cancel", k.cancel_channel)
+        # The options (append.lua): only what this call uses is sent.
         if read_secret:
             args += ("secret", "1")
-        if steps:
-            args += ("steps", LIMITS.steps)
         if lapsed:
             args += ("lapsed", part.lease(lapsed))
-        return keys, args
+        return self._appends[part.index], keys, args
 
     async def append(
         self,
@@ -303,21 +295,23 @@ class ExecutionStore(StoreBase):
         `if_lapsed`: a worker id; nothing is appended (the answer is a refusal) while that
         worker's lease holds, checked in the same atomic step (the sweeper's failures).
         """
-        keys, args = self._append_call(execution_id, events, worker, token=token, lapsed=if_lapsed)
-        raw = await self._append(keys=keys, args=args)
+        script, keys, args = self._append_call(
+            execution_id, events, worker, token=token, lapsed=if_lapsed
+        )
+        raw = await script(keys=keys, args=args)
         return _append_result(raw, len(events))
 
     async def claim(self, execution_id: str, worker: str) -> tuple[AppendResult, bytes | None]:
         """Move queued -> running for this worker and read the worker-only input, in one trip
         (tokened like `append(token=...)`: a repeated send is not refused as a second claim)."""
-        keys, args = self._append_call(
+        script, keys, args = self._append_call(
             execution_id,
             [("execution.started", b"")],
             worker,
             read_secret=True,
             token=self.next_token(),
         )
-        raw = await self._append(keys=keys, args=args)
+        raw = await script(keys=keys, args=args)
         secret = raw[4] if len(raw) > 4 else None
         return _append_result(raw, 1), secret
 

@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from majordomus.config import Settings
@@ -70,8 +71,23 @@ class QueueStore(StoreBase):
     def __init__(self, redis: RedisClient, settings: Settings) -> None:
         super().__init__(redis, settings)
         self._release = self.script("release_slot.lua")
-        self._take = self.script("take.lua")
+        # One text per partition, its keys and settings as constants (`scripts`).
+        self._takes = [self._take_script(part) for part in self.keys.partitions]
         self._turn = 0
+
+    def _take_script(self, part: Partition) -> AsyncScript:
+        return self.script("take.lua", {
+            "QUEUE": part.queue,
+            "QUEUED": part.queued,
+            "RUNNING": part.running,
+            "FEED": part.feed,
+            "DELAYED": part.delayed,
+            "WAKEUP": part.wakeup,
+            "BASE": part.base,
+            "FEED_MAX": str(self.settings.feed_max_events),
+            "SLOT_MS": int(self.settings.lease_seconds * 1000),
+            "TAKE_TTL": str(TAKE_KEPT_SECONDS * 1000),
+        })  # fmt: skip
 
     async def take(
         self, worker: str, count: int, token: str, first: str | None = None
@@ -134,7 +150,7 @@ class QueueStore(StoreBase):
         seconds = max(0.01, min(seconds, BLOCK_MAX_SECONDS))
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.execute_command("BLMOVE", part.wakeup, woken, "LEFT", "LEFT", f"{seconds:.3f}")
-            pipe.execute_command("EVALSHA", self._take.sha, len(keys), *keys, *args, woken, stopping)
+            pipe.execute_command("EVALSHA", self._takes[0].sha, len(keys), *keys, *args, woken, stopping)
             try:
                 _, answer = await pipe.execute()
             except NoScriptError:  # Redis lost its scripts (restarted): load, take plainly
@@ -150,31 +166,13 @@ class QueueStore(StoreBase):
     def _take_call(
         self, part: Partition, worker: str, count: int, token: str, stamp: str | None = None
     ) -> tuple[list[str], list[str | int]]:
-        keys = [
-            part.queue,
-            part.queued,
-            part.running,
-            part.feed,
-            part.worker_running(worker),
-            part.lease(worker),
-            part.worker_take(worker),
-            part.delayed,
-        ]
-        args: list[str | int] = [
-            count,
-            worker,
-            now_stamp()[0] if stamp is None else stamp,
-            self.settings.feed_max_events,
-            int(self.settings.lease_seconds * 1000),
-            part.base,
-            token,
-            TAKE_KEPT_SECONDS * 1000,
-        ]
+        keys = [part.worker_running(worker), part.lease(worker), part.worker_take(worker)]
+        args: list[str | int] = [count, worker, now_stamp()[0] if stamp is None else stamp, token]
         return keys, args
 
     async def _take_from(self, part: Partition, worker: str, count: int, token: str) -> Take:
         keys, args = self._take_call(part, worker, count, token)
-        return self._answer(await self._take(keys=keys, args=args))
+        return self._answer(await self._takes[part.index](keys=keys, args=args))
 
     @staticmethod
     def _answer(answer: Any) -> Take:

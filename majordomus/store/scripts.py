@@ -5,6 +5,14 @@ and `--@STATE_OF@`, so the move rules in Lua are the ones of `majordomus.states`
 second copy. Both are injected as one string each, searched with a plain `string.find`:
 a script's body runs on every call, and building the same rules as Lua tables cost each
 call more than the rest of a claim's own logic.
+
+The scripts of the hot path (a start, a take, an append) are also given, as constants at
+their head (`with_constants`), what is the same for every call of one store on one
+partition: the partition's keys, the settings they need, the channels. Each argument of a
+call costs Redis about as much as a small command (it is read, made an object, then a Lua
+string, then garbage), a constant of the script's text nothing: so each store registers
+one text per partition. The keys a script names this way are of the slot of the keys it
+is given (the partition's), as a Redis Cluster requires of a script's keys.
 """
 
 from __future__ import annotations
@@ -32,6 +40,22 @@ def moves() -> str:
 def state_of() -> str:
     """Every state-changing event type as `type=state`."""
     return _lua_string([f"{t}={s}" for t, s in STATE_OF_EVENT.items()])
+
+
+def lua_literal(value: str | int) -> str:
+    """`value` as a Lua literal: an integer as it is, a string with every byte that is not
+    a letter, a digit or one of `:_-.{}` written as a decimal escape (never a quote or a
+    line end unescaped, whatever a key prefix holds)."""
+    if isinstance(value, int):
+        return str(value)
+    safe = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789:_-.{}")
+    return "'" + "".join(chr(b) if b in safe else f"\\{b:03d}" for b in value.encode()) + "'"
+
+
+def with_constants(text: str, constants: dict[str, str | int]) -> str:
+    """The script's text with a `local NAME = value` for each constant at its head."""
+    head = "".join(f"local {name} = {lua_literal(value)}\n" for name, value in constants.items())
+    return head + text
 
 
 @cache

@@ -17,31 +17,31 @@
 -- been applied with its answer lost) is answered as the first was and changes nothing, so
 -- no event is doubled and a claim is not refused by its own first half.
 --
--- KEYS: snapshot, events, feed, idx:running, idx:finished, secret input
--- ARGV: id, timestamp, now_ms, retain_seconds, feed_max, worker, stream_max, n, the
---       partition's key base, token ('' for none), wake channel, then n pairs (type, data
---       JSON or ''), then the options a batch has, as (name, value) pairs: cancel (the
---       cancel channel, for a batch with `execution.cancelling`), secret ('1': answer the
---       worker-only input too, for a claim), steps (steps_max, for a batch with a step),
---       lapsed (a worker's lease key: nothing is appended while it exists). A worker's
---       report or end has none: every argument costs Redis about as much as a small
---       command. The keys only a claim by append or the end of a queued execution uses
---       (idx:queued, the queue, the delayed set) are the partition's, named from its base
---       as `majordomus.store.keys.Partition` names them.
+-- Constants (`ExecutionStore`, one text per partition): the partition's FEED, QUEUED,
+--       RUNNING and FINISHED (its indexes), QUEUE, DELAYED, WAKEUP (the wake-up list) and
+--       BASE (its key base, which names a worker's running set and a capability's slots);
+--       RETAIN (seconds a final execution is kept), FEED_MAX, STREAM_MAX, STEPS_MAX, WAKE
+--       and CANCEL (the channels).
+-- KEYS: snapshot, events, secret input
+-- ARGV: id, timestamp, now_ms, worker, n, token ('' for none), then n pairs (type, data
+--       JSON or ''), then the options a call has, as (name, value) pairs: secret ('1':
+--       answer the worker-only input too, for a claim), lapsed (a worker's lease key:
+--       nothing is appended while it exists). A worker's report or end has none: every
+--       argument costs Redis about as much as a small command.
 -- The one table of moves (`from>to`, and `state!` for a final state) and the state each
 -- state-changing event type moves to (`type=state`), from majordomus.states.
 local MOVES = --@MOVES@
 local STATE_OF = --@STATE_OF@
 
-local snap, stream, feed = KEYS[1], KEYS[2], KEYS[3]
+local snap, stream, feed = KEYS[1], KEYS[2], FEED
 -- Text becomes a number only where arithmetic needs one (Lua reads a number with strtod
 -- and writes one with sprintf, each about the cost of a small command here); numbers are
 -- written with %d, not Lua's own %.14g.
 local id, ts = ARGV[1], ARGV[2]
-local retain, feed_max, worker = ARGV[4], ARGV[5], ARGV[6]
-local stream_max, n, prefix = ARGV[7], tonumber(ARGV[8]), ARGV[9]
-local token, wake = ARGV[10], ARGV[11]
-local FIRST = 11  -- the ARGV index after which the (type, data) pairs begin
+local retain, feed_max, worker = RETAIN, FEED_MAX, ARGV[4]
+local stream_max, n, prefix = STREAM_MAX, tonumber(ARGV[5]), BASE
+local token, wake = ARGV[6], WAKE
+local FIRST = 6  -- the ARGV index after which the (type, data) pairs begin
 local opt = {}
 for i = FIRST + 2 * n + 1, #ARGV, 2 do opt[ARGV[i]] = ARGV[i + 1] end
 local read_secret, lapsed = opt.secret, opt.lapsed
@@ -95,7 +95,7 @@ if was_token then
   local was, was_code, was_seq, was_applied = string.match(was_token, '^(.*) (%d) (%d+) (%d+)$')
   if was == token then
     local answer = {tonumber(was_code), tonumber(was_seq), state, tonumber(was_applied)}
-    if read_secret and answer[4] == n then answer[5] = redis.call('GET', KEYS[6]) end
+    if read_secret and answer[4] == n then answer[5] = redis.call('GET', KEYS[3]) end
     return answer
   end
 end
@@ -107,7 +107,7 @@ if at_end > 0 then
   conc_limit = cur[at_end + 1] and tonumber(cur[at_end + 1]) or 0
 end
 local steps_dropped = at_steps > 0 and tonumber(cur[at_steps] or '0') or 0
-local steps_max = want_steps and tonumber(opt.steps)  -- the steps' cap, for a step
+local steps_max = STEPS_MAX
 local function read_steps() return cjson.decode(redis.call('HGET', snap, 'steps') or '[]') end
 local changed_started = nil  -- started_ms of a claim in this very batch
 local steps = nil
@@ -159,11 +159,11 @@ for i = 1, n do
         owner = worker
         redis.call('SADD', prefix .. 'worker:' .. worker .. ':running', id)
       end
-      redis.call('ZREM', prefix .. 'idx:queued', id)
-      redis.call('ZREM', prefix .. 'queue', id)  -- claimed by an append, not take.lua: its entry goes too
-      redis.call('ZADD', KEYS[4], ARGV[3], id)
+      redis.call('ZREM', QUEUED, id)
+      redis.call('ZREM', QUEUE, id)  -- claimed by an append, not take.lua: its entry goes too
+      redis.call('ZADD', RUNNING, ARGV[3], id)
     elseif t == 'execution.cancelling' then
-      redis.call('PUBLISH', opt.cancel, id)
+      redis.call('PUBLISH', CANCEL, id)
     else
       if t == 'execution.completed' then
         changed[#changed + 1] = 'output'; changed[#changed + 1] = string.sub(d, 11, -2)
@@ -182,14 +182,14 @@ for i = 1, n do
         changed[#changed + 1] = string.format('%d', tonumber(ARGV[3]) - tonumber(started))
       end
       if from == 'queued' then  -- never taken: it is still in the queue
-        redis.call('ZREM', prefix .. 'idx:queued', id)
-        redis.call('ZREM', prefix .. 'queue', id)
-        redis.call('ZREM', prefix .. 'queue:delayed', id)
+        redis.call('ZREM', QUEUED, id)
+        redis.call('ZREM', QUEUE, id)
+        redis.call('ZREM', DELAYED, id)
       else
-        redis.call('ZREM', KEYS[4], id)
+        redis.call('ZREM', RUNNING, id)
       end
-      redis.call('ZADD', KEYS[5], ARGV[3], id)
-      redis.call('DEL', KEYS[6])
+      redis.call('ZADD', FINISHED, ARGV[3], id)
+      redis.call('DEL', KEYS[3])
       if owner then redis.call('SREM', prefix .. 'worker:' .. owner .. ':running', id) end
       if conc_limit > 0 then
         -- Free the slot and move the oldest waiting ones back into the queue (as
@@ -207,12 +207,12 @@ for i = 1, n do
           for j, member in ipairs(oldest) do
             redis.call('ZREM', waiting, member)
             local off = redis.call('HGET', prefix .. 'x:' .. member, 'qoffset')
-            redis.call('ZADD', prefix .. 'queue', at + j - 1 - (tonumber(off or '0') or 0), member)
+            redis.call('ZADD', QUEUE, at + j - 1 - (tonumber(off or '0') or 0), member)
           end
           if #oldest > 0 then
             redis.call('PUBLISH', wake, oldest[1])
-            redis.call('LPUSH', prefix .. 'wakeup', oldest[1])
-            redis.call('LTRIM', prefix .. 'wakeup', 0, 15)
+            redis.call('LPUSH', WAKEUP, oldest[1])
+            redis.call('LTRIM', WAKEUP, 0, 15)
           end
         end
       end
@@ -283,6 +283,6 @@ if applied > 0 then
   end
 end
 if read_secret and applied == n then
-  return {code, seq, state, applied, redis.call('GET', KEYS[6])}
+  return {code, seq, state, applied, redis.call('GET', KEYS[3])}
 end
 return {code, seq, state, applied}

@@ -13,14 +13,17 @@
 -- starts with one key create one.
 -- A retry (`retry_of`) names the attempt it retries, which is told `retried_as` here too.
 --
--- KEYS: snapshot, events, feed, idx:all, idx:queued, secret input, queue, the creation
---       counter (the last place in the order of creation given here), delayed, the wake-up
---       list; then, with the options that name them, the idempotency key and the retried
---       attempt's snapshot (keys of the partition's slot, as a Redis Cluster requires)
--- ARGV: id, timestamp, now_ms, feed_max, capability, title, input JSON (redacted),
---       cancellable, actor, secret JSON or '', secret ttl ms (also the idempotency key's),
---       created data JSON, wake channel, priority, its head start ms, the partition's key
---       base, attempts before, the call's token (`next_token`: the same call sent again is
+-- Constants (`ExecutionStore`, one text per partition): FEED, ALL (idx:all), QUEUED
+--       (idx:queued), QUEUE, COUNTER (the last place in the order of creation given here),
+--       DELAYED, WAKEUP (the wake-up list), BASE (the partition's key base), FEED_MAX,
+--       RETAIN_MS (the worker-only input's and the idempotency key's time to live), WAKE
+--       (the wake channel).
+-- KEYS: snapshot, events, secret input; then, with the options that name them, the
+--       idempotency key and the retried attempt's snapshot (keys of the partition's slot,
+--       as a Redis Cluster requires)
+-- ARGV: id, timestamp, now_ms, capability, title, input JSON (redacted), cancellable,
+--       actor, secret JSON or '', created data JSON, priority, its head start ms,
+--       attempts before, the call's token (`next_token`: the same call sent again is
 --       known by it), the rank of its head start among the levels'
 --       (`majordomus.priorities.tie_rank`); then the options a start has, as (name, value)
 --       pairs: episode, conc_limit (max_concurrency), due_ms and due_at (due later),
@@ -30,26 +33,26 @@
 --       none: every argument costs Redis about as much as a small command, as it is read,
 --       then made a Lua value.
 -- Answers {ahead}, or {-2, held id, its fingerprint} for a held idempotency key.
-local snap, stream, feed = KEYS[1], KEYS[2], KEYS[3]
+local snap, stream, feed = KEYS[1], KEYS[2], FEED
 -- The options a start has (most have none), and the keys that come with two of them.
 local opt = {}
-for i = 20, #ARGV, 2 do opt[ARGV[i]] = ARGV[i + 1] end
+for i = 16, #ARGV, 2 do opt[ARGV[i]] = ARGV[i + 1] end
 local idem_key, retried_key = nil, nil
-if opt.idempotency then idem_key = KEYS[11] end
-if opt.retried then retried_key = KEYS[idem_key and 12 or 11] end
-local id, ts, feed_max = ARGV[1], ARGV[2], ARGV[4]
+if opt.idempotency then idem_key = KEYS[4] end
+if opt.retried then retried_key = KEYS[idem_key and 5 or 4] end
+local id, ts, feed_max = ARGV[1], ARGV[2], FEED_MAX
 local was = redis.call('HMGET', snap, 'created_by', 'ahead')
 if was[2] then
   -- This very call sent again (its answer was lost and the client retried; its token says
   -- so): the same answer. Any other start that drew this id draws another (`IdTaken`).
-  if was[1] == ARGV[18] then return {tonumber(was[2])} end
+  if was[1] == ARGV[14] then return {tonumber(was[2])} end
   return {-1}
 end
 if idem_key then
   local held = redis.call('GET', idem_key)
   if held then
     local hid, hfp = string.match(held, '^(%S+) (%S*)$')
-    if hid and redis.call('EXISTS', ARGV[16] .. 'x:' .. hid) == 1 then
+    if hid and redis.call('EXISTS', BASE .. 'x:' .. hid) == 1 then
       return {-2, hid, hfp}
     end
   end
@@ -67,7 +70,7 @@ local snow = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local at = snow
 if not ready then at = due end
 local qscore = at
-if ARGV[15] ~= '0' then qscore = at - tonumber(ARGV[15]) end
+if ARGV[12] ~= '0' then qscore = at - tonumber(ARGV[12]) end
 -- Its place in the order of creation: epoch ms times 1024, kept rising within the
 -- partition (so newest-first is exact here) and congruent to the partition's index modulo
 -- the partitions (so no two partitions give one place): the lists of every partition
@@ -78,16 +81,16 @@ if ARGV[15] ~= '0' then qscore = at - tonumber(ARGV[15]) end
 local order_n, order
 if opt.parts then
   local part, parts = tonumber(opt.part), tonumber(opt.parts)
-  order_n = math.max(snow * 1024, (tonumber(redis.call('GET', KEYS[8])) or 0) + 1)
+  order_n = math.max(snow * 1024, (tonumber(redis.call('GET', COUNTER)) or 0) + 1)
   order_n = order_n + (part - order_n % parts) % parts
   order = string.format('%d', order_n)
-  redis.call('SET', KEYS[8], order)
+  redis.call('SET', COUNTER, order)
 else
-  order_n = redis.call('INCR', KEYS[8])
+  order_n = redis.call('INCR', COUNTER)
   if order_n < snow * 1024 then
     order_n = snow * 1024
     order = string.format('%d', order_n)
-    redis.call('SET', KEYS[8], order)
+    redis.call('SET', COUNTER, order)
   else
     order = string.format('%d', order_n)
   end
@@ -95,7 +98,7 @@ end
 -- The tie: the entries of one place, in the order they were created. Entries of one
 -- place created in one millisecond are of one level (its head start fixes the ms) and
 -- follow their order's rise within the ms (`sub`); created in different ones, they are of
--- different levels, the earlier created the one with the lower head start (`ARGV[19]`, its
+-- different levels, the earlier created the one with the lower head start (`ARGV[15]`, its
 -- rank). So the place plus (rank * 1024 + sub) / 4096 orders them as created, and a take
 -- reading the queue's head in score order needs no snapshot to break a tie (take.lua still
 -- breaks one by the order, for the entries that can share a score: those moved back in,
@@ -104,7 +107,7 @@ end
 -- A fraction of 4096ths has exactly 12 decimals (1/4096 = 0.000244140625): written as
 -- integers, which is the text %.12f would give, at a fraction of its cost.
 local tie = math.min(order_n - snow * 1024, 1023)
-if ARGV[19] ~= '0' then tie = tie + tonumber(ARGV[19]) * 1024 end
+if ARGV[15] ~= '0' then tie = tie + tonumber(ARGV[15]) * 1024 end
 local place
 if tie > 0 then
   place = string.format('%d.%012d', qscore, tie * 244140625)
@@ -115,10 +118,10 @@ end
 -- score was created before it, so comes first); for a delayed one, as things stand now.
 local ahead
 if ready then
-  ahead = redis.call('ZCOUNT', KEYS[7], '-inf', place)
+  ahead = redis.call('ZCOUNT', QUEUE, '-inf', place)
 else
-  ahead = redis.call('ZCOUNT', KEYS[7], '-inf', qscore)
-  ahead = ahead + redis.call('ZCOUNT', KEYS[9], '-inf', due)
+  ahead = redis.call('ZCOUNT', QUEUE, '-inf', qscore)
+  ahead = ahead + redis.call('ZCOUNT', DELAYED, '-inf', due)
 end
 -- Numbers reach Redis as the strings they came as: Redis formats a Lua number argument
 -- with snprintf('%.17g'), which costs more than most of the commands here.
@@ -127,10 +130,10 @@ end
 -- are written by the first append that has one (append.lua and the readers take an
 -- absent one as empty).
 local ahead_s = string.format('%d', ahead)
-local created = {'state', 'queued', 'last_seq', '2', 'capability', ARGV[5], 'order', order,
-  'attempt', ARGV[17], 'ahead', ahead_s, 'created_by', ARGV[18], 'created_ms', ARGV[3],
-  'id', id, 'title', ARGV[6], 'input', ARGV[7], 'cancellable', ARGV[8], 'actor', ARGV[9],
-  'created_at', ts, 'priority', ARGV[14], 'qoffset', ARGV[15]}
+local created = {'state', 'queued', 'last_seq', '2', 'capability', ARGV[4], 'order', order,
+  'attempt', ARGV[13], 'ahead', ahead_s, 'created_by', ARGV[14], 'created_ms', ARGV[3],
+  'id', id, 'title', ARGV[5], 'input', ARGV[6], 'cancellable', ARGV[7], 'actor', ARGV[8],
+  'created_at', ts, 'priority', ARGV[11], 'qoffset', ARGV[12]}
 local n = #created
 local function field(name, value)
   created[n + 1] = name; created[n + 2] = value; n = n + 2
@@ -144,7 +147,7 @@ if idem_key then field('idempotency_key', opt.idempotency) end
 redis.call('HSET', snap, unpack(created))
 local head = '{"schema_version":"1","event_id":"' .. id .. '#'
 local mid = '","execution_id":"' .. id .. '","sequence":'
-local e1 = head .. '1' .. mid .. '1,"timestamp":"' .. ts .. '","type":"execution.created","data":' .. ARGV[12] .. '}'
+local e1 = head .. '1' .. mid .. '1,"timestamp":"' .. ts .. '","type":"execution.created","data":' .. ARGV[10] .. '}'
 local queued = '{"ahead":' .. ahead_s
 if not ready then queued = queued .. ',"due_at":"' .. opt.due_at .. '"' end
 local e2 = head .. '2' .. mid .. '2,"timestamp":"' .. ts .. '","type":"execution.queued","data":' .. queued .. '}}'
@@ -152,30 +155,30 @@ redis.call('XADD', stream, '1-0', 'e', e1)
 redis.call('XADD', stream, '2-0', 'e', e2)
 redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 1, 'e', e1)
 redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 2, 'e', e2)
-redis.call('ZADD', KEYS[4], order, id)
+redis.call('ZADD', ALL, order, id)
 -- idx:queued is scored by when it is due, so a wait is counted from then.
 local at_s = ready and ARGV[3] or opt.due_ms
-redis.call('ZADD', KEYS[5], at_s, id)
+redis.call('ZADD', QUEUED, at_s, id)
 -- The worker-only input and the idempotency key are kept the retention past when it is
 -- due, so a start due later than the retention still runs with its input, and its key
 -- still answers it.
-local keep = ARGV[11]
-if not ready then keep = string.format('%d', tonumber(ARGV[11]) + (at - tonumber(ARGV[3]))) end
-if ARGV[10] ~= '' then redis.call('SET', KEYS[6], ARGV[10], 'PX', keep) end
+local keep = RETAIN_MS
+if not ready then keep = string.format('%d', tonumber(RETAIN_MS) + (at - tonumber(ARGV[3]))) end
+if ARGV[9] ~= '' then redis.call('SET', KEYS[3], ARGV[9], 'PX', keep) end
 if ready then
-  redis.call('ZADD', KEYS[7], place, id)
+  redis.call('ZADD', QUEUE, place, id)
 else
-  redis.call('ZADD', KEYS[9], opt.due_ms, id)
+  redis.call('ZADD', DELAYED, opt.due_ms, id)
 end
 -- An idle worker waiting on the wake-up list takes it now (its take is queued behind its
 -- blocking pop), or, due later, learns when to wake; kept short (back to 16 once past 32,
 -- so a burst with every worker busy trims it once in 16 starts, not at each): a wake-up
 -- nobody waits for costs one empty take, and the take that leaves the queue empty drops
 -- them all.
-if redis.call('LPUSH', KEYS[10], id) > 32 then redis.call('LTRIM', KEYS[10], 0, 15) end
+if redis.call('LPUSH', WAKEUP, id) > 32 then redis.call('LTRIM', WAKEUP, 0, 15) end
 if idem_key then redis.call('SET', idem_key, id .. ' ' .. opt.fingerprint, 'PX', keep) end
 if retried_key and redis.call('EXISTS', retried_key) == 1 then
   redis.call('HSET', retried_key, 'retried_as', id)
 end
-redis.call('PUBLISH', ARGV[13], id)
+redis.call('PUBLISH', WAKE, id)
 return {ahead}

@@ -22,11 +22,13 @@
 -- `qoffset`), then takes from the queue's head: the lowest place first, so higher
 -- priorities first and, within one, first come first served.
 --
--- KEYS: queue, idx:queued, idx:running, feed, the worker's running set, its lease, its
---       last take, delayed
--- ARGV: count, worker, timestamp ('': the server's, now), feed_max, slot lease ms, the partition's key base, token,
---       take ttl ms, then for a take behind a blocking pop (`QueueStore.take_blocking`) the
---       worker's woken list and its stopping key ('' and '' for a plain take)
+-- Constants (`QueueStore`, one text per partition): the partition's QUEUE, QUEUED,
+--       RUNNING (its indexes), FEED, DELAYED, WAKEUP and BASE (its key base); FEED_MAX,
+--       SLOT_MS (a concurrency slot's lease, ms), TAKE_TTL (ms the last take is kept).
+-- KEYS: the worker's running set, its lease, its last take
+-- ARGV: count, worker, timestamp ('': the server's, now), token, then for a take behind a
+--       blocking pop (`QueueStore.take_blocking`) the worker's woken list and its stopping
+--       key ('' and '' for a plain take)
 --
 -- Behind a blocking pop of the wake-up list, the take runs as soon as the pop is served, in
 -- the same turn of the server: it takes only when the pop moved a wake-up into the woken
@@ -34,10 +36,10 @@
 -- (a stopping worker's wake-up goes back on the list, for another worker).
 -- Answers {next due (epoch ms: now while ready work is left) or false, then 4 items per
 -- execution started: id, capability, worker-only input or false, its sequence}; or 'lapsed'.
-local queue, queued, running, feed = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local mine, lease, last, delayed = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local count, worker, ts, feed_max = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
-local slot_ms, prefix, token = tonumber(ARGV[5]), ARGV[6], ARGV[7]
+local queue, queued, running, feed = QUEUE, QUEUED, RUNNING, FEED
+local mine, lease, last, delayed = KEYS[1], KEYS[2], KEYS[3], DELAYED
+local count, worker, ts, feed_max = tonumber(ARGV[1]), ARGV[2], ARGV[3], FEED_MAX
+local slot_ms, prefix, token = tonumber(SLOT_MS), BASE, ARGV[4]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- `now` as Redis takes it: formatted once here (Redis formats a Lua number argument with
@@ -90,12 +92,12 @@ if before and string.sub(before, 1, #token + 1) == token .. ' ' then
   end
   return out
 end
-local woken, stopping = ARGV[9] or '', ARGV[10] or ''
+local woken, stopping = ARGV[5] or '', ARGV[6] or ''
 if woken ~= '' then
   local got = redis.call('LPOP', woken)
   if not got then return {next_due()} end
   if redis.call('EXISTS', stopping) == 1 then
-    redis.call('LPUSH', prefix .. 'wakeup', got)
+    redis.call('LPUSH', WAKEUP, got)
     return {next_due()}
   end
 end
@@ -208,9 +210,9 @@ if #ids > 0 then
   redis.call('SADD', mine, unpack(ids))
   local got = redis.call('MGET', unpack(inputs))
   for j = 1, #ids do out[4 * j] = got[j] end
-  redis.call('SET', last, token .. ' ' .. table.concat(ids, ' '), 'PX', ARGV[8])
+  redis.call('SET', last, token .. ' ' .. table.concat(ids, ' '), 'PX', TAKE_TTL)
 end
 out[1] = next_due()
 -- Nothing left to take: the wake-ups waiting on the list are for work already taken.
-if out[1] ~= now then redis.call('DEL', prefix .. 'wakeup') end
+if out[1] ~= now then redis.call('DEL', WAKEUP) end
 return out
