@@ -12,7 +12,7 @@ from redis.commands.core import AsyncScript
 
 from majordomus.config import Settings
 from majordomus.store.connect import RedisClient
-from majordomus.store.keys import Keys
+from majordomus.store.keys import Keys, Partition
 from majordomus.store.scripts import load_script, with_constants
 
 
@@ -27,6 +27,29 @@ class StoreBase:
         `constants` at its head (`scripts.with_constants`)."""
         text = load_script(name)
         return self.redis.register_script(with_constants(text, constants) if constants else text)
+
+    def partition_script(
+        self, name: str, part: Partition, extra: dict[str, str | int]
+    ) -> AsyncScript:
+        """`lua/<name>` for one partition, with what every call of it there shares as
+        constants (`scripts`): the partition's keys (FEED, ALL, QUEUED, RUNNING, FINISHED,
+        QUEUE, COUNTER, DELAYED, WAKEUP, and BASE, its key base), FEED_MAX, WAKE (the wake
+        channel), and `extra`."""
+        return self.script(name, {
+            "FEED": part.feed,
+            "ALL": part.all,
+            "QUEUED": part.queued,
+            "RUNNING": part.running,
+            "FINISHED": part.finished,
+            "QUEUE": part.queue,
+            "COUNTER": part.created_counter,
+            "DELAYED": part.delayed,
+            "WAKEUP": part.wakeup,
+            "BASE": part.base,
+            "FEED_MAX": str(self.settings.feed_max_events),
+            "WAKE": self.keys.wake_channel,
+            **extra,
+        })  # fmt: skip
 
     async def ping(self) -> bool:
         return bool(await self.redis.ping())

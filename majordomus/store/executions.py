@@ -119,35 +119,14 @@ class ExecutionStore(StoreBase):
         self._tokens = itertools.count(1)
 
     def _create_script(self, part: Partition) -> AsyncScript:
-        return self.script("create.lua", {
-            "FEED": part.feed,
-            "ALL": part.all,
-            "QUEUED": part.queued,
-            "QUEUE": part.queue,
-            "COUNTER": part.created_counter,
-            "DELAYED": part.delayed,
-            "WAKEUP": part.wakeup,
-            "BASE": part.base,
-            "FEED_MAX": str(self.settings.feed_max_events),
-            "RETAIN_MS": str(int(self.settings.retain_seconds * 1000)),
-            "WAKE": self.keys.wake_channel,
-        })  # fmt: skip
+        retain_ms = str(int(self.settings.retain_seconds * 1000))
+        return self.partition_script("create.lua", part, {"RETAIN_MS": retain_ms})
 
     def _append_script(self, part: Partition) -> AsyncScript:
-        return self.script("append.lua", {
-            "FEED": part.feed,
-            "QUEUED": part.queued,
-            "RUNNING": part.running,
-            "FINISHED": part.finished,
-            "QUEUE": part.queue,
-            "DELAYED": part.delayed,
-            "WAKEUP": part.wakeup,
-            "BASE": part.base,
+        return self.partition_script("append.lua", part, {
             "RETAIN": str(self.settings.retain_seconds),
-            "FEED_MAX": str(self.settings.feed_max_events),
             "STREAM_MAX": str(LIMITS.stream_events),
             "STEPS_MAX": LIMITS.steps,
-            "WAKE": self.keys.wake_channel,
             "CANCEL": self.keys.cancel_channel,
         })  # fmt: skip
 

@@ -76,15 +76,7 @@ class QueueStore(StoreBase):
         self._turn = 0
 
     def _take_script(self, part: Partition) -> AsyncScript:
-        return self.script("take.lua", {
-            "QUEUE": part.queue,
-            "QUEUED": part.queued,
-            "RUNNING": part.running,
-            "FEED": part.feed,
-            "DELAYED": part.delayed,
-            "WAKEUP": part.wakeup,
-            "BASE": part.base,
-            "FEED_MAX": str(self.settings.feed_max_events),
+        return self.partition_script("take.lua", part, {
             "SLOT_MS": int(self.settings.lease_seconds * 1000),
             "TAKE_TTL": str(TAKE_KEPT_SECONDS * 1000),
         })  # fmt: skip

@@ -17,11 +17,11 @@
 -- been applied with its answer lost) is answered as the first was and changes nothing, so
 -- no event is doubled and a claim is not refused by its own first half.
 --
--- Constants (`ExecutionStore`, one text per partition): the partition's FEED, QUEUED,
---       RUNNING and FINISHED (its indexes), QUEUE, DELAYED, WAKEUP (the wake-up list) and
---       BASE (its key base, which names a worker's running set and a capability's slots);
---       RETAIN (seconds a final execution is kept), FEED_MAX, STREAM_MAX, STEPS_MAX, WAKE
---       and CANCEL (the channels).
+-- Constants (`StoreBase.partition_script`: one text per partition) used here: the
+--       partition's FEED, QUEUED, RUNNING and FINISHED (its indexes), QUEUE, DELAYED,
+--       WAKEUP (the wake-up list) and BASE (its key base, which names a worker's running
+--       set and a capability's slots); RETAIN (seconds a final execution is kept),
+--       FEED_MAX, STREAM_MAX, STEPS_MAX, WAKE and CANCEL (the channels).
 -- KEYS: snapshot, events, secret input
 -- ARGV: id, timestamp, now_ms, worker, n, token ('' for none), then n pairs (type, data
 --       JSON or ''), then the options a call has, as (name, value) pairs: secret ('1':

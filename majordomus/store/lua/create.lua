@@ -13,8 +13,9 @@
 -- starts with one key create one.
 -- A retry (`retry_of`) names the attempt it retries, which is told `retried_as` here too.
 --
--- Constants (`ExecutionStore`, one text per partition): FEED, ALL (idx:all), QUEUED
---       (idx:queued), QUEUE, COUNTER (the last place in the order of creation given here),
+-- Constants (`StoreBase.partition_script`: one text per partition) used here: FEED, ALL
+--       (idx:all), QUEUED (idx:queued), QUEUE, COUNTER (the last place in the order of
+--       creation given here),
 --       DELAYED, WAKEUP (the wake-up list), BASE (the partition's key base), FEED_MAX,
 --       RETAIN_MS (the worker-only input's and the idempotency key's time to live), WAKE
 --       (the wake channel).

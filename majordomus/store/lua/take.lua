@@ -22,8 +22,9 @@
 -- `qoffset`), then takes from the queue's head: the lowest place first, so higher
 -- priorities first and, within one, first come first served.
 --
--- Constants (`QueueStore`, one text per partition): the partition's QUEUE, QUEUED,
---       RUNNING (its indexes), FEED, DELAYED, WAKEUP and BASE (its key base); FEED_MAX,
+-- Constants (`StoreBase.partition_script`: one text per partition) used here: the
+--       partition's QUEUE, QUEUED, RUNNING (its indexes), FEED, DELAYED, WAKEUP and BASE
+--       (its key base); FEED_MAX,
 --       SLOT_MS (a concurrency slot's lease, ms), TAKE_TTL (ms the last take is kept).
 -- KEYS: the worker's running set, its lease, its last take
 -- ARGV: count, worker, timestamp ('': the server's, now), token, then for a take behind a
