@@ -33,14 +33,12 @@
 local MOVES = --@MOVES@
 local STATE_OF = --@STATE_OF@
 
-local snap, stream, feed = KEYS[1], KEYS[2], FEED
+local snap, stream = KEYS[1], KEYS[2]
 -- Text becomes a number only where arithmetic needs one (Lua reads a number with strtod
 -- and writes one with sprintf, each about the cost of a small command here); numbers are
 -- written with %d, not Lua's own %.14g.
 local id, ts = ARGV[1], ARGV[2]
-local retain, feed_max, worker = RETAIN, FEED_MAX, ARGV[4]
-local stream_max, n, prefix = STREAM_MAX, tonumber(ARGV[5]), BASE
-local token, wake = ARGV[6], WAKE
+local worker, n, token = ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local FIRST = 6  -- the ARGV index after which the (type, data) pairs begin
 local opt = {}
 for i = FIRST + 2 * n + 1, #ARGV, 2 do opt[ARGV[i]] = ARGV[i + 1] end
@@ -144,8 +142,8 @@ for i = 1, n do
   else
     env = head_id .. sq .. head_exec .. sq .. head_ts .. t .. '"}'
   end
-  redis.call('XADD', stream, 'MAXLEN', stream_max, sq .. '-0', 'e', env)
-  redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', sq, 'e', env)
+  redis.call('XADD', stream, 'MAXLEN', STREAM_MAX, sq .. '-0', 'e', env)
+  redis.call('XADD', FEED, 'MAXLEN', '~', FEED_MAX, '*', 'x', id, 's', sq, 'e', env)
   applied = applied + 1
   if target then
     state = target
@@ -157,7 +155,7 @@ for i = 1, n do
       if worker ~= '' then
         changed[#changed + 1] = 'worker'; changed[#changed + 1] = worker
         owner = worker
-        redis.call('SADD', prefix .. 'worker:' .. worker .. ':running', id)
+        redis.call('SADD', BASE .. 'worker:' .. worker .. ':running', id)
       end
       redis.call('ZREM', QUEUED, id)
       redis.call('ZREM', QUEUE, id)  -- claimed by an append, not take.lua: its entry goes too
@@ -190,11 +188,11 @@ for i = 1, n do
       end
       redis.call('ZADD', FINISHED, ARGV[3], id)
       redis.call('DEL', KEYS[3])
-      if owner then redis.call('SREM', prefix .. 'worker:' .. owner .. ':running', id) end
+      if owner then redis.call('SREM', BASE .. 'worker:' .. owner .. ':running', id) end
       if conc_limit > 0 then
         -- Free the slot and move the oldest waiting ones back into the queue (as
         -- release_slot.lua does), so a slot never waits for a worker to notice.
-        local slots = prefix .. 'conc:' .. capability
+        local slots = BASE .. 'conc:' .. capability
         local waiting = slots .. ':waiting'
         redis.call('ZREM', waiting, id)
         redis.call('ZREM', slots, id)
@@ -206,11 +204,11 @@ for i = 1, n do
           local oldest = redis.call('ZRANGE', waiting, 0, free - 1)
           for j, member in ipairs(oldest) do
             redis.call('ZREM', waiting, member)
-            local off = redis.call('HGET', prefix .. 'x:' .. member, 'qoffset')
+            local off = redis.call('HGET', BASE .. 'x:' .. member, 'qoffset')
             redis.call('ZADD', QUEUE, at + j - 1 - (tonumber(off or '0') or 0), member)
           end
           if #oldest > 0 then
-            redis.call('PUBLISH', wake, oldest[1])
+            redis.call('PUBLISH', WAKE, oldest[1])
             redis.call('LPUSH', WAKEUP, oldest[1])
             redis.call('LTRIM', WAKEUP, 0, 15)
           end
@@ -278,8 +276,8 @@ if applied > 0 then
   changed[#changed + 1] = 'last_seq'; changed[#changed + 1] = last_sq
   redis.call('HSET', snap, unpack(changed))
   if is_final(state) then
-    redis.call('EXPIRE', snap, retain)
-    redis.call('EXPIRE', stream, retain)
+    redis.call('EXPIRE', snap, RETAIN)
+    redis.call('EXPIRE', stream, RETAIN)
   end
 end
 if read_secret and applied == n then

@@ -34,14 +34,14 @@
 --       none: every argument costs Redis about as much as a small command, as it is read,
 --       then made a Lua value.
 -- Answers {ahead}, or {-2, held id, its fingerprint} for a held idempotency key.
-local snap, stream, feed = KEYS[1], KEYS[2], FEED
+local snap, stream = KEYS[1], KEYS[2]
 -- The options a start has (most have none), and the keys that come with two of them.
 local opt = {}
 for i = 16, #ARGV, 2 do opt[ARGV[i]] = ARGV[i + 1] end
 local idem_key, retried_key = nil, nil
 if opt.idempotency then idem_key = KEYS[4] end
 if opt.retried then retried_key = KEYS[idem_key and 5 or 4] end
-local id, ts, feed_max = ARGV[1], ARGV[2], FEED_MAX
+local id, ts = ARGV[1], ARGV[2]
 local was = redis.call('HMGET', snap, 'created_by', 'ahead')
 if was[2] then
   -- This very call sent again (its answer was lost and the client retried; its token says
@@ -154,8 +154,8 @@ if not ready then queued = queued .. ',"due_at":"' .. opt.due_at .. '"' end
 local e2 = head .. '2' .. mid .. '2,"timestamp":"' .. ts .. '","type":"execution.queued","data":' .. queued .. '}}'
 redis.call('XADD', stream, '1-0', 'e', e1)
 redis.call('XADD', stream, '2-0', 'e', e2)
-redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 1, 'e', e1)
-redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', 2, 'e', e2)
+redis.call('XADD', FEED, 'MAXLEN', '~', FEED_MAX, '*', 'x', id, 's', 1, 'e', e1)
+redis.call('XADD', FEED, 'MAXLEN', '~', FEED_MAX, '*', 'x', id, 's', 2, 'e', e2)
 redis.call('ZADD', ALL, order, id)
 -- idx:queued is scored by when it is due, so a wait is counted from then.
 local at_s = ready and ARGV[3] or opt.due_ms

@@ -37,10 +37,8 @@
 -- (a stopping worker's wake-up goes back on the list, for another worker).
 -- Answers {next due (epoch ms: now while ready work is left) or false, then 4 items per
 -- execution started: id, capability, worker-only input or false, its sequence}; or 'lapsed'.
-local queue, queued, running, feed = QUEUE, QUEUED, RUNNING, FEED
-local mine, lease, last, delayed = KEYS[1], KEYS[2], KEYS[3], DELAYED
-local count, worker, ts, feed_max = tonumber(ARGV[1]), ARGV[2], ARGV[3], FEED_MAX
-local slot_ms, prefix, token = tonumber(SLOT_MS), BASE, ARGV[4]
+local mine, lease, last = KEYS[1], KEYS[2], KEYS[3]
+local count, worker, ts, token = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- `now` as Redis takes it: formatted once here (Redis formats a Lua number argument with
@@ -72,8 +70,8 @@ end
 if ts == '' then ts = stamp(now) end
 
 local function next_due()
-  if redis.call('ZCARD', queue) > 0 then return now end
-  local head = redis.call('ZRANGE', delayed, 0, 0, 'WITHSCORES')
+  if redis.call('ZCARD', QUEUE) > 0 then return now end
+  local head = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
   if head[2] then return head[2] end
   return false
 end
@@ -82,7 +80,7 @@ local before = redis.call('GET', last)
 if before and string.sub(before, 1, #token + 1) == token .. ' ' then
   local out = {next_due()}
   for id in string.gmatch(string.sub(before, #token + 2), '%S+') do
-    local snap = prefix .. 'x:' .. id
+    local snap = BASE .. 'x:' .. id
     local cur = redis.call('HMGET', snap, 'state', 'capability', 'worker', 'last_seq')
     if (cur[1] == 'running' or cur[1] == 'cancelling') and cur[3] == worker then
       out[#out + 1] = id
@@ -105,11 +103,11 @@ end
 if redis.call('EXISTS', lease) == 0 then return 'lapsed' end
 
 -- What has come due moves into the ready queue (a bounded batch; the rest next time).
-local ripe = redis.call('ZRANGEBYSCORE', delayed, '-inf', now_s, 'WITHSCORES', 'LIMIT', 0, 256)
+local ripe = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now_s, 'WITHSCORES', 'LIMIT', 0, 256)
 for i = 1, #ripe, 2 do
-  local off = redis.call('HGET', prefix .. 'x:' .. ripe[i], 'qoffset')
-  redis.call('ZADD', queue, tonumber(ripe[i + 1]) - (tonumber(off or '0') or 0), ripe[i])
-  redis.call('ZREM', delayed, ripe[i])
+  local off = redis.call('HGET', BASE .. 'x:' .. ripe[i], 'qoffset')
+  redis.call('ZADD', QUEUE, tonumber(ripe[i + 1]) - (tonumber(off or '0') or 0), ripe[i])
+  redis.call('ZREM', DELAYED, ripe[i])
 end
 -- The head of the line: by place, then by creation order. A start's score carries its rank
 -- within its place in its fraction (`create.lua`), so scores rarely tie; those that can
@@ -117,7 +115,7 @@ end
 -- starts in a millisecond) tie in the sorted set, which orders them by id, so a full batch
 -- also reads every other entry of its last score, and a tie at its edge is broken rightly.
 local due = {}
-if count > 0 then due = redis.call('ZRANGE', queue, 0, count - 1, 'WITHSCORES') end
+if count > 0 then due = redis.call('ZRANGE', QUEUE, 0, count - 1, 'WITHSCORES') end
 -- The candidates as parallel lists (id, score text), in the queue's order.
 local cid, cscore = {}, {}
 for i = 1, #due, 2 do
@@ -135,14 +133,14 @@ if #cid == count and count > 0 and may_tie(tonumber(cscore[#cscore])) then
   local edge = due[#due]
   local seen = {}
   for _, id in ipairs(cid) do seen[id] = true end
-  for _, id in ipairs(redis.call('ZRANGEBYSCORE', queue, edge, edge)) do
+  for _, id in ipairs(redis.call('ZRANGEBYSCORE', QUEUE, edge, edge)) do
     if not seen[id] then cid[#cid + 1] = id; cscore[#cscore + 1] = edge end
   end
 end
 local csnap, ccur = {}, {}
 local tied = false
 for j = 1, #cid do
-  csnap[j] = prefix .. 'x:' .. cid[j]
+  csnap[j] = BASE .. 'x:' .. cid[j]
   ccur[j] = redis.call('HMGET', csnap[j], 'state', 'capability', 'conc_limit', 'order',
     'last_seq', 'attempt')
   if j > 1 and cscore[j] == cscore[j - 1] then tied = true end
@@ -173,13 +171,13 @@ for j = 1, #cid do
   if go and cur[3] then
     local limit = tonumber(cur[3]) or 0
     if limit > 0 then
-      local slots = prefix .. 'conc:' .. cur[2]
+      local slots = BASE .. 'conc:' .. cur[2]
       redis.call('ZREMRANGEBYSCORE', slots, '-inf', now_s)
       if not redis.call('ZSCORE', slots, id) and redis.call('ZCARD', slots) >= limit then
         redis.call('ZADD', slots .. ':waiting', cur[4], id)  -- first come, first served
         go = false
       else
-        redis.call('ZADD', slots, string.format('%d', now + slot_ms), id)
+        redis.call('ZADD', slots, string.format('%d', now + SLOT_MS), id)
       end
     end
   end
@@ -190,7 +188,7 @@ for j = 1, #cid do
       '","execution_id":"' .. id .. '","sequence":' .. sq .. ',"timestamp":"' .. ts ..
       '","type":"execution.started"}'
     redis.call('XADD', snap .. ':events', sq .. '-0', 'e', env)
-    redis.call('XADD', feed, 'MAXLEN', '~', feed_max, '*', 'x', id, 's', sq, 'e', env)
+    redis.call('XADD', FEED, 'MAXLEN', '~', FEED_MAX, '*', 'x', id, 's', sq, 'e', env)
     redis.call('HSET', snap, 'state', 'running', 'started_at', ts, 'started_ms', now_s,
       'worker', worker, 'attempt', string.format('%d', (tonumber(cur[6]) or 0) + 1),
       'last_seq', sq)
@@ -202,12 +200,12 @@ for j = 1, #cid do
     out[#out + 1] = seq
   end
 end
-if looked > 0 then redis.call('ZREM', queue, unpack(cid, 1, looked)) end
+if looked > 0 then redis.call('ZREM', QUEUE, unpack(cid, 1, looked)) end
 if #ids > 0 then
-  redis.call('ZREM', queued, unpack(ids))
+  redis.call('ZREM', QUEUED, unpack(ids))
   local scored = {}
   for j = 1, #ids do scored[2 * j - 1] = now_s; scored[2 * j] = ids[j] end
-  redis.call('ZADD', running, unpack(scored))
+  redis.call('ZADD', RUNNING, unpack(scored))
   redis.call('SADD', mine, unpack(ids))
   local got = redis.call('MGET', unpack(inputs))
   for j = 1, #ids do out[4 * j] = got[j] end
