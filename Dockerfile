@@ -13,7 +13,7 @@ COPY pyproject.toml README.md ./
 COPY majordomus ./majordomus
 COPY workers ./workers
 COPY api ./api
-RUN pip install ".[fast]" \
+RUN pip install ".[server,fast]" \
     && useradd --create-home --uid 10001 majordomus
 
 # Your own capabilities: copy or install their package here (or in an image built FROM

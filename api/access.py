@@ -30,8 +30,8 @@ from urllib.parse import urlsplit
 
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from api.console import is_console_path
-from api.errors import send_error
+from majordomus.api.console import is_console_path
+from majordomus.api.errors import send_error
 from majordomus.config import HOST_PATTERN, Settings
 from majordomus.errors import MajordomusError
 

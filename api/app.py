@@ -34,13 +34,13 @@ from litestar.middleware import DefineMiddleware
 from litestar.types import Receive, Scope, Send
 from msgspec import UNSET, UnsetType
 
-from api.access import AccessGuard
-from api.console import console_handlers
-from api.docs import DOCS_HTML, HTML, StaticDocument
-from api.errors import JSON, error_response, make_exception_handler
-from api.live import LISTENER_BUFFER, FeedHub, LiveChannel
-from api.mcp import build_mcp
-from api.openapi import EXECUTION_HEADER, openapi_document, without_null
+from majordomus.api.access import AccessGuard
+from majordomus.api.console import console_handlers
+from majordomus.api.docs import DOCS_HTML, HTML, StaticDocument
+from majordomus.api.errors import JSON, error_response, make_exception_handler
+from majordomus.api.live import LISTENER_BUFFER, FeedHub, LiveChannel
+from majordomus.api.mcp import build_mcp
+from majordomus.api.openapi import EXECUTION_HEADER, openapi_document, without_null
 from majordomus.config import LIMITS, Settings
 from majordomus.engine import LIVE_PATH, Engine
 from majordomus.errors import MajordomusError, invalid_input

@@ -25,7 +25,7 @@ import json
 
 from litestar.types import Receive, Scope, Send
 
-from api.errors import send_error
+from majordomus.api.errors import send_error
 from majordomus.errors import invalid_input
 from majordomus.model import EVENT_TYPES, STREAM_TYPES
 

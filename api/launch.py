@@ -33,8 +33,8 @@ from typing import Any
 import msgspec
 import uvicorn
 
-from api.app import API_MAX_CONNECTIONS, client_name, create_app
-from api.live import FeedHub
+from majordomus.api.app import API_MAX_CONNECTIONS, client_name, create_app
+from majordomus.api.live import FeedHub
 from majordomus.cli.transport import DevRecord, remove_dev_record, write_dev_record
 from majordomus.config import Settings, shown_url
 from majordomus.engine import LIVE_PATH, Engine
@@ -169,7 +169,7 @@ async def _dev(
     sock: socket.socket | None,
     choice: LoopChoice,
 ) -> None:
-    from workers.settings import build_worker
+    from majordomus.workers.settings import build_worker
 
     registry = load_capabilities(settings.capabilities)
     api_client = redis.api_client(API_MAX_CONNECTIONS, client_name())

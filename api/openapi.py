@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import majordomus
-from api.errors import ErrorEnvelope
+from majordomus.api.errors import ErrorEnvelope
 from majordomus.config import LIMITS
 from majordomus.model import ExecutionSnapshot
 from majordomus.registry import Capability, Registry

@@ -50,7 +50,10 @@ REDIS_COMMANDS = {
     if not name.startswith("_") and name not in _NOT_COMMANDS
 } | {"pipeline", "pubsub", "register_script", "execute_command", "publish", "expire"}
 
-CORE_MAY_NOT_IMPORT = ("api", "workers", "majordomus.cli", "arq", "redis", "fakeredis")
+SURFACES = ("majordomus.api", "majordomus.workers")
+"""The API and the worker: the top-level `api/` and `workers/` folders of the repository,
+installed (and imported) as `majordomus.api` and `majordomus.workers` only."""
+CORE_MAY_NOT_IMPORT = (*SURFACES, "majordomus.cli", "arq", "redis", "fakeredis")
 STORE_MAY_NOT_IMPORT = (
     "majordomus.engine",
     "majordomus.context",
@@ -58,14 +61,25 @@ STORE_MAY_NOT_IMPORT = (
     "majordomus.loading",
     "majordomus.builtins",
     "majordomus.cli",
-    "api",
-    "workers",
+    *SURFACES,
 )
 WHERE_SURFACES_MEET = {"majordomus/cli/processes.py", "api/launch.py"}
 
 
 def _modules() -> list[Path]:
-    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+    """Every module once, by the path it has in the repository (`majordomus/api` and
+    `majordomus/workers` are links to the top-level folders, not modules of their own)."""
+    return sorted(
+        p
+        for pkg in PACKAGES
+        for p in (ROOT / pkg).rglob("*.py")
+        if not _linked(p)
+    )
+
+
+def _linked(path: Path) -> bool:
+    rel = path.relative_to(ROOT)
+    return any((ROOT / parent).is_symlink() for parent in rel.parents if parent != Path("."))
 
 
 def _rel(path: Path) -> str:
@@ -110,9 +124,11 @@ def _violations() -> list[str]:
                 found.append(f"{where}: the core imports no surface, worker, arq or Redis")
             if layer == "store" and _names(name, STORE_MAY_NOT_IMPORT):
                 found.append(f"{where}: the store depends on nothing above it")
-            crosses = (layer == "cli" and _names(name, ("api", "workers"))) or (
-                layer == "api" and _names(name, ("workers", "majordomus.cli"))
-            ) or (layer == "workers" and _names(name, ("api", "majordomus.cli")))
+            if _names(name, ("api", "workers")):
+                found.append(f"{where}: import it as majordomus.{name} (installs have no {name!r})")
+            crosses = (layer == "cli" and _names(name, SURFACES)) or (
+                layer == "api" and _names(name, ("majordomus.workers", "majordomus.cli"))
+            ) or (layer == "workers" and _names(name, ("majordomus.api", "majordomus.cli")))
             if crosses and rel not in WHERE_SURFACES_MEET:
                 found.append(f"{where}: surfaces meet only in {sorted(WHERE_SURFACES_MEET)}")
         if layer == "store":

@@ -27,7 +27,7 @@ from majordomus.store.connect import DEFAULT_URL, connect, is_cluster_url, is_se
 from majordomus.store.keys import Keys
 from majordomus.store.queue import RUN_EXECUTION
 from majordomus.ticker import Ticker
-from workers.runtime import WorkerRuntime
+from majordomus.workers.runtime import WorkerRuntime
 
 MAJORDOMUS_WORKER = "majordomus_worker"
 """The mark `MajordomusWorker` sets in arq's ctx before the startup, which checks it."""
@@ -116,7 +116,7 @@ class WorkerSettings:
 
 def build_worker(cfg: Settings, redis: Any = None, **overrides: Any) -> Any:
     """A `MajordomusWorker` on `redis` (an ArqRedis, or None to connect from the settings)."""
-    from workers.worker import MajordomusWorker
+    from majordomus.workers.worker import MajordomusWorker
 
     # arq logs each job's start and end at INFO; its warnings and errors still show.
     logging.getLogger("arq.worker").setLevel(logging.WARNING)

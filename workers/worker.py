@@ -40,8 +40,8 @@ from arq.worker import Worker
 from majordomus.loops import Failures, within
 from majordomus.metrics import METRICS
 from majordomus.store.queue import BLOCK_MAX_SECONDS, Take, Taken
-from workers.runtime import WorkerRuntime
-from workers.settings import MAJORDOMUS_WORKER
+from majordomus.workers.runtime import WorkerRuntime
+from majordomus.workers.settings import MAJORDOMUS_WORKER
 
 log = logging.getLogger("majordomus.worker")
 

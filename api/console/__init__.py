@@ -27,7 +27,7 @@ from litestar import asgi
 from litestar.handlers import BaseRouteHandler
 from litestar.types import Receive, Scope, Send
 
-from api.errors import send_error
+from majordomus.api.errors import send_error
 from majordomus.errors import MajordomusError, invalid_input
 
 STATIC = Path(__file__).parent / "static"

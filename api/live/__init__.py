@@ -11,9 +11,9 @@ Everything here reads Redis through the engine; nothing checks origins or tokens
 (`api.access` does, before a request gets here).
 """
 
-from api.live.channel import ChannelRequest, LiveChannel, parse_channel_request
-from api.live.feed import LISTENER_BUFFER, FeedEntry, FeedHub, Listener
-from api.live.sse import accepts_event_stream, sse_event
+from majordomus.api.live.channel import ChannelRequest, LiveChannel, parse_channel_request
+from majordomus.api.live.feed import LISTENER_BUFFER, FeedEntry, FeedHub, Listener
+from majordomus.api.live.sse import accepts_event_stream, sse_event
 
 __all__ = [
     "LISTENER_BUFFER",

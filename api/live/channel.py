@@ -21,11 +21,11 @@ from urllib.parse import parse_qsl
 import msgspec
 from litestar.types import Receive, Scope, Send
 
-from api.access import header
-from api.errors import classify, send_error
-from api.live.feed import FeedEntry, FeedHub, Listener
-from api.live.scopes import ChannelScope, ExecutionScope, FeedScope
-from api.live.sse import (
+from majordomus.api.access import header
+from majordomus.api.errors import classify, send_error
+from majordomus.api.live.feed import FeedEntry, FeedHub, Listener
+from majordomus.api.live.scopes import ChannelScope, ExecutionScope, FeedScope
+from majordomus.api.live.sse import (
     HEARTBEAT,
     EventStream,
     accepts_event_stream,

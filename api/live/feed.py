@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 
 import msgspec
 
-from api.live.sse import sse_event
+from majordomus.api.live.sse import sse_event
 from majordomus.config import LIMITS, Settings
 from majordomus.engine import Engine
 from majordomus.errors import unavailable

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
-from api.live.feed import (
+from majordomus.api.live.feed import (
     FEED_PAGE,
     FeedEntry,
     Listener,
@@ -30,7 +30,7 @@ from api.live.feed import (
     feed_key,
     head_of,
 )
-from api.live.sse import EventStream, lagged, sse_event
+from majordomus.api.live.sse import EventStream, lagged, sse_event
 from majordomus.engine import Engine, RawPage
 from majordomus.errors import not_found
 from majordomus.ids import PROTOCOL_VERSION

@@ -16,8 +16,8 @@
 - `api.mcp.stdio`: `run_stdio`, `majordomus mcp`.
 """
 
-from api.mcp.mount import McpMount, build_mcp, transport_security
-from api.mcp.server import McpSurface
-from api.mcp.stdio import run_stdio
+from majordomus.api.mcp.mount import McpMount, build_mcp, transport_security
+from majordomus.api.mcp.server import McpSurface
+from majordomus.api.mcp.stdio import run_stdio
 
 __all__ = ["McpMount", "McpSurface", "build_mcp", "run_stdio", "transport_security"]

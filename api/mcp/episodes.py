@@ -31,7 +31,7 @@ from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from api.mcp.sdk import connection_of
+from majordomus.api.mcp.sdk import connection_of
 from majordomus.config import Settings
 from majordomus.engine import Engine
 from majordomus.episodes import HolderKind, hold_seconds

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
-from api.live import FeedHub
-from api.mcp.sdk import session_connected
-from api.mcp.server import McpSurface
+from majordomus.api.live import FeedHub
+from majordomus.api.mcp.sdk import session_connected
+from majordomus.api.mcp.server import McpSurface
 from majordomus.config import Settings
 from majordomus.engine import Engine
 

@@ -29,14 +29,14 @@ from mcp import MCPError, types
 from mcp.server import Server, ServerRequestContext
 
 import majordomus
-from api.errors import classify
-from api.live import FeedHub
-from api.mcp.episodes import HeldEpisodes
-from api.mcp.results import error_result, ok_result, still_running
-from api.mcp.sdk import install_extension
-from api.mcp.task_listen import TaskListen, TaskListenParams
-from api.mcp.tasks import TaskBook, TasksExtension, task_support_of, with_task_support
-from api.mcp.tasks_2025 import Tasks2025
+from majordomus.api.errors import classify
+from majordomus.api.live import FeedHub
+from majordomus.api.mcp.episodes import HeldEpisodes
+from majordomus.api.mcp.results import error_result, ok_result, still_running
+from majordomus.api.mcp.sdk import install_extension
+from majordomus.api.mcp.task_listen import TaskListen, TaskListenParams
+from majordomus.api.mcp.tasks import TaskBook, TasksExtension, task_support_of, with_task_support
+from majordomus.api.mcp.tasks_2025 import Tasks2025
 from majordomus.config import LIMITS, Settings
 from majordomus.context import Context
 from majordomus.engine import Engine

@@ -11,8 +11,8 @@ import logging
 
 import anyio
 
-from api.live import FeedHub
-from api.mcp.server import McpSurface
+from majordomus.api.live import FeedHub
+from majordomus.api.mcp.server import McpSurface
 from majordomus.config import Settings
 from majordomus.engine import Engine
 from majordomus.loading import load_capabilities

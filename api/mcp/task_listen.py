@@ -30,8 +30,8 @@ from mcp.server import ServerRequestContext
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 from mcp_types import INTERNAL_ERROR, INVALID_REQUEST
 
-from api.live import FeedHub, Listener
-from api.mcp.tasks import (
+from majordomus.api.live import FeedHub, Listener
+from majordomus.api.mcp.tasks import (
     TaskBook,
     TaskState,
     declared_extension,

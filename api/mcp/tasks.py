@@ -53,9 +53,9 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from msgspec import UNSET, UnsetType
 from pydantic import Field
 
-from api.errors import classify
-from api.mcp.episodes import EPISODE_META, HeldEpisodes, McpConnection
-from api.mcp.results import error_result, ok_result
+from majordomus.api.errors import classify
+from majordomus.api.mcp.episodes import EPISODE_META, HeldEpisodes, McpConnection
+from majordomus.api.mcp.results import error_result, ok_result
 from majordomus.config import LIMITS, Settings
 from majordomus.engine import Engine
 from majordomus.errors import HTTP_STATUS, ExecutionError, MajordomusError

@@ -32,10 +32,16 @@ from mcp_types import INVALID_PARAMS, METHOD_NOT_FOUND, methods
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from api.live import FeedHub
-from api.mcp.sdk import connection_of, version_gated
-from api.mcp.task_listen import IDLE_CHECK_SECONDS, TaskWatch
-from api.mcp.tasks import TaskIdParams, TasksExtension, TaskState, is_modern, task_support_of
+from majordomus.api.live import FeedHub
+from majordomus.api.mcp.sdk import connection_of, version_gated
+from majordomus.api.mcp.task_listen import IDLE_CHECK_SECONDS, TaskWatch
+from majordomus.api.mcp.tasks import (
+    TaskIdParams,
+    TasksExtension,
+    TaskState,
+    is_modern,
+    task_support_of,
+)
 from majordomus.loops import within
 
 log = logging.getLogger("majordomus.mcp")

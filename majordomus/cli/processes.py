@@ -117,7 +117,7 @@ def worker(
 ) -> None:
     """Run an arq worker on MAJORDOMUS_REDIS_URL (default redis://127.0.0.1:6379/0)."""
     _require_redis()
-    from workers.settings import build_worker
+    from majordomus.workers.settings import build_worker
 
     _logging()
     _serve_worker_metrics(metrics_host)
@@ -134,7 +134,7 @@ def dev(
     on an embedded Redis or Valkey server it starts and stops itself (in-process fakeredis
     when there is none; the banner says which)."""
     sock = _listening(host, port)
-    from api.launch import run_dev
+    from majordomus.api.launch import run_dev
 
     _logging()
     run_dev(host, port, settings(), sock)
@@ -147,7 +147,7 @@ def serve(
     """Run the HTTP API (with the live channel and MCP at /mcp) on MAJORDOMUS_REDIS_URL."""
     _require_redis()
     sock = _listening(host, port)
-    from api.launch import run_serve
+    from majordomus.api.launch import run_serve
 
     _logging()
     run_serve(host, port, settings(), sock)
@@ -155,7 +155,7 @@ def serve(
 
 def mcp() -> None:
     """Serve the capabilities as MCP tools over stdio, on MAJORDOMUS_REDIS_URL."""
-    from api.mcp import run_stdio
+    from majordomus.api.mcp import run_stdio
 
     run_stdio(settings())
 

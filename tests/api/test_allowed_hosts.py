@@ -16,7 +16,7 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from api.access import AllowedHosts
+from majordomus.api.access import AllowedHosts
 from majordomus.config import Settings
 from tests.api.conftest import ApiProcess
 

@@ -27,8 +27,8 @@ import pytest
 import redis as redis_sync
 
 import majordomus.store.feed as feed_module
-from api.live.feed import FeedEntry, FeedHub, Listener, feed_entries
-from api.live.scopes import FeedScope
+from majordomus.api.live.feed import FeedEntry, FeedHub, Listener, feed_entries
+from majordomus.api.live.scopes import FeedScope
 from majordomus.engine import Engine, require_feed_id
 from majordomus.errors import MajordomusError
 from majordomus.registry import REGISTRY

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from api.app import api_redis
+from majordomus.api.app import api_redis
 from majordomus.config import Settings
 from majordomus.engine import Engine
 from majordomus.loading import load_capabilities

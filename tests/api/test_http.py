@@ -10,7 +10,7 @@ import httpx
 import jsonschema
 import pytest
 
-from api.errors import ErrorEnvelope
+from majordomus.api.errors import ErrorEnvelope
 from majordomus.registry import REGISTRY
 from majordomus.schemas import schema_of
 from tests.api.conftest import TOKEN, ApiProcess, WorkerChild, start, wait_final

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from api.live.feed import LISTENER_BUFFER, FeedEntry, Listener
+from majordomus.api.live.feed import LISTENER_BUFFER, FeedEntry, Listener
 
 ENVELOPE = (
     b'{"sequence":1,"type":"execution.log","data":{"stream":"handler","message":"'

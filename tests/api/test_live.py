@@ -17,7 +17,7 @@ import pytest
 import redis as redis_sync
 from httpx_sse import EventSource
 
-from api.app import API_MAX_CONNECTIONS
+from majordomus.api.app import API_MAX_CONNECTIONS
 from tests.api.conftest import (
     TERMINAL,
     TOKEN,

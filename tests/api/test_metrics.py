@@ -14,7 +14,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.app import create_app
+from majordomus.api.app import create_app
 from majordomus.engine import Engine
 from majordomus.metrics import METRICS, cluster_families
 from majordomus.registry import REGISTRY

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 from schemathesis.specs.openapi.definitions import OPENAPI_31_VALIDATOR
 
-from api.openapi import openapi_document
+from majordomus.api.openapi import openapi_document
 from majordomus.episodes import LINE_BREAKS, WHITE_SPACE, checked_external_id
 from majordomus.errors import MajordomusError
 from majordomus.registry import REGISTRY

@@ -134,7 +134,7 @@ def test_the_image_installs_every_package_the_project_ships() -> None:
     for package in sorted(tops):
         assert f"COPY {package} ./{package}" in dockerfile
     # The image runs on uvloop and httptools, as `fast` brings them; nothing else extra.
-    assert 'RUN pip install ".[fast]"' in dockerfile
+    assert 'RUN pip install ".[server,fast]"' in dockerfile
     assert set(pyproject["project"]["optional-dependencies"]["fast"]) <= set(
         pyproject["project"]["optional-dependencies"]["test"]
     ), "the suite runs what the image runs"

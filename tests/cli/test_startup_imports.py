@@ -56,8 +56,8 @@ NOT_FOR_THE_HELP = (
     "json",
     "secrets",
     # the API's and the worker's side
-    "api",
-    "workers",
+    "majordomus.api",
+    "majordomus.workers",
     "litestar",
     "uvicorn",
     "mcp",

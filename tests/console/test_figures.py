@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from api.console import ASSETS
+from majordomus.api.console import ASSETS
 from tests.api.conftest import ApiProcess, start
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from api.console import ASSETS
+from majordomus.api.console import ASSETS
 from tests.api.conftest import ApiProcess
 from tests.console.conftest import console_api
 

@@ -26,8 +26,8 @@ from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp_types import HEADER_MISMATCH
 from pydantic import TypeAdapter
 
-from api.mcp.server import McpSurface
-from api.mcp.tasks import EXTENSION, parse_task_id
+from majordomus.api.mcp.server import McpSurface
+from majordomus.api.mcp.tasks import EXTENSION, parse_task_id
 from majordomus.config import Settings
 from majordomus.engine import Engine
 from majordomus.registry import Registry, RegistryError, capability
@@ -257,7 +257,7 @@ def test_a_capability_that_runs_as_an_execution_may_be_a_task_and_a_control_may_
 
 
 def test_a_task_id_carries_128_random_bits_beside_its_execution() -> None:
-    from api.mcp.tasks import mint_task_id
+    from majordomus.api.mcp.tasks import mint_task_id
 
     first, hashed = mint_task_id("x-20260908T010203Z-0a1b2c3d")
     second, _ = mint_task_id("x-20260908T010203Z-0a1b2c3d")

@@ -12,7 +12,7 @@ from typing import Any
 import anyio
 import httpx
 
-from api.mcp.tasks_2025 import RELATED_TASK_META, SERVER_CAPABILITY
+from majordomus.api.mcp.tasks_2025 import RELATED_TASK_META, SERVER_CAPABILITY
 from tests.mcp.conftest import ApiProcess
 from tests.mcp.test_tasks import DEMO, NOT_FOUND
 

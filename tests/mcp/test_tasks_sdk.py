@@ -13,8 +13,8 @@ from mcp.server import Server, ServerRequestContext
 from mcp.server.connection import Connection
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 
-from api.mcp.mount import transport_security
-from api.mcp.sdk import connection_of, session_connected
+from majordomus.api.mcp.mount import transport_security
+from majordomus.api.mcp.sdk import connection_of, session_connected
 
 
 def probe_server(seen: list[Connection]) -> Server[Any]:

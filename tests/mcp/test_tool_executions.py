@@ -14,7 +14,7 @@ import msgspec
 import pytest
 from mcp import Client
 
-from api.mcp.server import still_running
+from majordomus.api.mcp.server import still_running
 from majordomus.model import ExecutionSnapshot
 from majordomus.registry import REGISTRY
 from tests.mcp.conftest import MODES, ApiProcess, call

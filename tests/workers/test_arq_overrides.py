@@ -30,9 +30,9 @@ from arq.connections import ArqRedis
 from arq.worker import Worker
 
 from majordomus.store.keys import Keys
+from majordomus.workers.settings import build_worker, worker_options
+from majordomus.workers.worker import MajordomusWorker
 from tests.conftest import make_settings
-from workers.settings import build_worker, worker_options
-from workers.worker import MajordomusWorker
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,9 +14,9 @@ import msgspec
 
 from majordomus.engine import Engine
 from majordomus.start_options import StartOptions
+from majordomus.workers.worker import REDIS_TIMEOUT_SLACK_SECONDS
 from tests.conftest import until
 from tests.workers.test_executions import types_of
-from workers.worker import REDIS_TIMEOUT_SLACK_SECONDS
 
 
 def _ms(stamp: str) -> int:

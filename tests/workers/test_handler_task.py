@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from workers.runtime import Running
-from workers.worker import EAGER, started_now
+from majordomus.workers.runtime import Running
+from majordomus.workers.worker import EAGER, started_now
 
 
 def running() -> Running:

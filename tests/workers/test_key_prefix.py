@@ -109,7 +109,7 @@ async def _take(engine: Engine, worker: str) -> Any:
 async def test_a_worker_under_arqs_own_worker_class_refuses_to_start(settings: Settings) -> None:
     """`arq workers.settings.WorkerSettings` builds arq's `Worker`, which would name the
     jobs' keys arq:job:<id>: the startup says so instead of leaving executions queued."""
-    from workers.settings import startup
+    from majordomus.workers.settings import startup
 
     with pytest.raises(RuntimeError, match="MajordomusWorker"):
         await startup({"settings": settings})

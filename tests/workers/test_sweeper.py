@@ -17,7 +17,7 @@ import pytest
 from redis.asyncio import Connection, Redis
 
 import majordomus.sweeper as sweeper_module
-from api.app import create_app
+from majordomus.api.app import create_app
 from majordomus.config import Settings
 from majordomus.engine import Engine
 from majordomus.model import event_type_of
