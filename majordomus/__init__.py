@@ -2,8 +2,11 @@
 
 The public surface for people declaring capabilities: `capability`, `Context`,
 `ExecutionCancelled`, `MajordomusError`, `Secret`, and what a declaration may carry:
-`Retry` (its retry policy) and `Schedule` (its cron schedules). Everything else is reached through
-the surfaces (HTTP, SSE, MCP, CLI) or the engine.
+`Retry` (its retry policy) and `Schedule` (its cron schedules). For people running them from
+Python code: `Client` (asyncio) and `SyncClient`, on Redis or through the HTTP API, the
+`Execution` and `SyncExecution` handles they answer, `Declared` (what `@capability` hands
+back, typed by its declaration) and `Pending`. For tests: `majordomus.testing`. Everything
+else is reached through the surfaces (HTTP, SSE, MCP, CLI) or the engine.
 
 Each name is imported from its module when it is first asked for, so importing any part
 of majordomus (`majordomus.cli` for `majordomus --help`, say) does not load the handler
@@ -16,6 +19,14 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from majordomus.client import (
+        Client,
+        Declared,
+        Execution,
+        Pending,
+        SyncClient,
+        SyncExecution,
+    )
     from majordomus.context import Context, ExecutionCancelled
     from majordomus.errors import MajordomusError
     from majordomus.registry import capability
@@ -24,6 +35,12 @@ if TYPE_CHECKING:
     from majordomus.schemas import Secret
 
 _HOME = {
+    "Client": "majordomus.client",
+    "Declared": "majordomus.client",
+    "Execution": "majordomus.client",
+    "Pending": "majordomus.client",
+    "SyncClient": "majordomus.client",
+    "SyncExecution": "majordomus.client",
     "Context": "majordomus.context",
     "ExecutionCancelled": "majordomus.context",
     "MajordomusError": "majordomus.errors",
@@ -45,7 +62,13 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "Client",
     "Context",
+    "Declared",
+    "Execution",
+    "Pending",
+    "SyncClient",
+    "SyncExecution",
     "ExecutionCancelled",
     "MajordomusError",
     "Retry",

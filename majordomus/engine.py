@@ -23,6 +23,7 @@ import msgspec
 
 from majordomus.config import LIMITS, Settings, clamp
 from majordomus.context import Context
+from majordomus.declarations import declaration_of, published
 from majordomus.errors import (
     HTTP_STATUS,
     ExecutionError,
@@ -63,6 +64,7 @@ from majordomus.start_options import NO_OPTIONS, StartOptions
 from majordomus.states import FINAL, is_final
 from majordomus.store.clock import stamp_of
 from majordomus.store.connect import RedisClient
+from majordomus.store.declarations import DeclarationStore
 from majordomus.store.episodes import EpisodeStore
 from majordomus.store.executions import Created, IdTaken, RawPage, StartPlan, Store, encode
 from majordomus.store.failures import UNREACHABLE
@@ -170,6 +172,10 @@ class Engine:
         self.settings = settings
         self.store = Store(redis, settings)
         self.episodes = EpisodeStore(redis, settings)
+        self.declarations = DeclarationStore(redis, settings)
+        self.published: dict[str, Capability] = {}
+        """Capabilities this process does not import, as their workers published them,
+        read by `known` (a producer starting one by id)."""
         self.calls_in_flight = 0
         """`call`s this engine is answering now (the API's `/api/v1/live` shows it)."""
         self.follow: EventFollower | None = None
@@ -271,6 +277,32 @@ class Engine:
         finally:
             self.calls_in_flight -= 1
 
+    # -- declarations -------------------------------------------------------------------
+
+    async def publish_declarations(self) -> None:
+        """Publish every capability this process runs as an execution, so a producer that
+        does not import its module can start it by id (`majordomus.declarations`)."""
+        await self.declarations.write(
+            {cap.id: declaration_of(cap) for cap in self.registry if cap.executable}
+        )
+
+    async def known(self, capability_id: str) -> Capability:
+        """The capability `capability_id`: this process's own declaration, else the one its
+        workers published (read once, then kept), else `not_found`."""
+        cap = self.registry.get(capability_id) or self.published.get(capability_id)
+        if cap is not None:
+            return cap
+        raw = await self.declarations.read(capability_id)
+        cap = published(raw) if raw is not None else None
+        if cap is None:
+            return self.registry.require(capability_id)  # not_found, worded as everywhere
+        self.published[capability_id] = cap
+        return cap
+
+    def _capability(self, capability_id: str) -> Capability:
+        cap = self.registry.get(capability_id) or self.published.get(capability_id)
+        return cap if cap is not None else self.registry.require(capability_id)
+
     # -- executions ---------------------------------------------------------------------
 
     async def start(
@@ -282,7 +314,7 @@ class Engine:
         episode: str | None = None,
         options: StartOptions = NO_OPTIONS,
     ) -> ExecutionSnapshot:
-        cap = self.registry.require(capability_id)
+        cap = self._capability(capability_id)
         if not cap.executable:
             raise refused(
                 f"{cap.id} answers directly and is not started as an execution",

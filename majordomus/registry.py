@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
+from majordomus.client.handles import Declared
 from majordomus.errors import not_found
 from majordomus.priorities import Priority
 from majordomus.retries import Retry
@@ -190,6 +191,9 @@ class Registry:
         return cap_id in self._by_id
 
 
+In = TypeVar("In")
+Out = TypeVar("Out")
+
 REGISTRY = Registry()
 """The process's registry: the built-ins and every module of `MAJORDOMUS_CAPABILITIES`,
 filled by `majordomus.loading.load_capabilities`."""
@@ -198,8 +202,8 @@ filled by `majordomus.loading.load_capabilities`."""
 def capability(
     id: str,
     *,
-    input: type,
-    output: type,
+    input: type[In],
+    output: type[Out],
     kind: Kind = "command",
     title: str | None = None,
     description: str | None = None,
@@ -216,10 +220,13 @@ def capability(
     executable: bool = True,
     task_support: TaskSupport | None = None,
     registry: Registry | None = None,
-) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Declare a capability: `@capability("myapp.resize", input=In, output=Out)`."""
+) -> Callable[[Callable[..., Any]], Declared[In, Out]]:
+    """Declare a capability: `@capability("myapp.resize", input=In, output=Out)`.
 
-    def declare(handler: Callable[..., Any]) -> Callable[..., Any]:
+    Hands back a `Declared[In, Out]`: still callable as the handler, and typed ways to run
+    it as an execution on a client (`start`, `call`; `majordomus.client.handles`)."""
+
+    def declare(handler: Callable[..., Any]) -> Declared[In, Out]:
         doc = (handler.__doc__ or "").strip()
         tasks = derive_task_support(id, executable, task_support)
         cap = Capability(
@@ -242,6 +249,6 @@ def capability(
             task_support=tasks,
         )
         (registry if registry is not None else REGISTRY).add(cap)
-        return handler
+        return Declared(cap, handler)
 
     return declare

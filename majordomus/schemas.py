@@ -59,13 +59,38 @@ MIN_SECRET_CHARS = 3
 characters would blank them in every word of a log line and protect nothing."""
 
 
+class Published:
+    """A type known by its JSON Schema alone: the input or output of a capability whose
+    module this process does not import, as its workers published it
+    (`majordomus.declarations`). Validated and redacted by that schema exactly as the
+    Struct it was made from would be (both are driven by the schema: `validate_input`,
+    `redact`), its values stay plain JSON-shaped Python, with the schema's defaults filled
+    in as msgspec fills the Struct's."""
+
+    __slots__ = ("schema", "name")
+
+    def __init__(self, schema: dict[str, Any], name: str) -> None:
+        self.schema = schema
+        self.name = name
+
+    @property
+    def __name__(self) -> str:  # what messages call a type
+        return self.name
+
+    def __repr__(self) -> str:
+        return f"Published({self.name!r})"
+
+
 @cache
 def schema_of(tp: Any) -> dict[str, Any]:
     """The JSON Schema of a msgspec type as one object, with `$defs` kept beside it.
 
     Each field's docstring becomes its property's `description` (msgspec drops them), so a
     tool, an OpenAPI operation and `capabilities describe` tell what every member means.
+    A `Published` type's is the schema it was published with.
     """
+    if isinstance(tp, Published):
+        return tp.schema
     raw = msgspec.json.schema(tp)
     _describe_fields(tp, raw.get("$defs", {}))
     raw = _nullable_as_type_list(raw)
@@ -221,6 +246,8 @@ def validate_input(tp: Any, raw: Any) -> Any:
                 "; ".join(problems[: LIMITS.validation_problems]),
                 "see the capability's input schema (majordomus capabilities describe ID)",
             )
+        if isinstance(tp, Published):
+            return _with_defaults(tp.schema, tp.schema, raw)
         # Lax: the schema has checked the types, and JSON Schema's `integer` admits 5.0,
         # which a strict conversion would refuse as a float.
         return msgspec.convert(raw, tp, strict=False)
@@ -277,10 +304,30 @@ SCHEMA_ONLY_KEYWORDS = frozenset(
 (`extra_json_schema`), msgspec knows nothing of them, so only the schema can check them."""
 
 
+def _with_defaults(node: dict[str, Any], root: dict[str, Any], value: Any) -> Any:
+    """A valid value with the `default` of every object member it leaves out filled in, at
+    every level, as msgspec's conversion fills a Struct's (a `Published` type's value)."""
+    node = _resolve(node, root)
+    if not isinstance(value, dict) or not isinstance(node.get("properties"), dict):
+        return value
+    filled = dict(value)
+    for name, member in node["properties"].items():
+        member = _resolve(member, root) if isinstance(member, dict) else {}
+        if name in filled:
+            filled[name] = _with_defaults(member, root, filled[name])
+        elif "default" in member:
+            filled[name] = member["default"]
+    return filled
+
+
 @cache
 def _schema_only(tp: Any) -> bool:
-    """Whether `tp`'s schema constrains anything that msgspec does not check itself."""
+    """Whether `tp`'s schema constrains anything that msgspec does not check itself (a
+    `Published` type: everything, it has no Struct)."""
     import msgspec.inspect as mi
+
+    if isinstance(tp, Published):
+        return True
 
     seen: set[int] = set()
     stack: list[Any] = [mi.type_info(tp)]

@@ -131,6 +131,7 @@ class WorkerRuntime:
         self._tasks: list[asyncio.Task[None]] = []
         self._forgotten: list[str] = []
         """Executions Redis no longer knew, not yet said in the log (the beat says them once)."""
+        self.declarations_published = False
         self.beat_ok_at: float | None = None
         """When the lease was last renewed (`time.monotonic()`), None before the first beat."""
 
@@ -230,6 +231,11 @@ class WorkerRuntime:
         sent_at = time.monotonic()
         await self.store.beat(self.worker_id, presence, ms, lease_ms)
         self.beat_ok_at = sent_at
+        if not self.declarations_published:
+            # What it runs, for producers that start a capability without importing it
+            # (`majordomus.declarations`): once, at the first beat that lands.
+            await self.engine.publish_declarations()
+            self.declarations_published = True
         held = [(r.capability, i) for i, r in self.running.items() if r.slot]
         await self.store.renew_slots(held)
 

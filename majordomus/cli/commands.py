@@ -37,7 +37,7 @@ import msgspec
 import typer
 
 from majordomus.cli.startup import collecting
-from majordomus.cli.transport import Direct, Transport, store_failure, transport, typed
+from majordomus.cli.transport import Direct, Transport, transport
 from majordomus.cli.tree import (
     INTERRUPTED,
     Format,
@@ -49,6 +49,7 @@ from majordomus.cli.tree import (
     registry,
     run_capability_help,
 )
+from majordomus.client.transports import store_failure, typed
 from majordomus.config import settings
 from majordomus.docs import field_docs, type_text
 from majordomus.errors import EXIT_CODE, ExecutionError, MajordomusError, invalid_input

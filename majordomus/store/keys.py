@@ -144,6 +144,9 @@ class Keys:
         self.cancel_channel = f"{prefix}:cancel"
         # The one sweeper at a time, across every worker and API process.
         self.sweeper_lock = f"{prefix}:sweeper"
+        # The capabilities' declarations as the workers publish them (id -> JSON), read by
+        # a producer that starts a capability it does not import (`store/declarations.py`).
+        self.declarations = f"{prefix}:declarations"
         # Open and detached episodes by external id, scored by when the reaper may close
         # each (epoch ms); closed records by their key, scored by when they closed. Every
         # episode key shares one tag, so the episodes' scripts stay in one slot.
