@@ -32,11 +32,23 @@ CLIENT_ACTORS: frozenset[str] = frozenset({"cli"})
 
 
 class EventEnvelope(msgspec.Struct, tag_field="type", kw_only=True):
+    """What every event of an execution has (`Event`): its type is the tag of its class."""
+
     schema_version: str
     event_id: str
     execution_id: str
     sequence: int
     timestamp: str
+
+    @property
+    def type(self) -> str:
+        """Its type, `execution.created`...: the union's tag, which msgspec keeps on the
+        class (and writes as the `type` member)."""
+        return str(self.__struct_config__.tag)
+
+
+Event = EventEnvelope
+"""Any event of an execution, for `isinstance` (`ExecutionEvent` is their union)."""
 
 
 class CreatedData(msgspec.Struct):
