@@ -26,8 +26,11 @@ Decisions:
   `majordomus dev` (an API and a worker in one process) answers both sides' counters on one
   `/metrics`, and several engines in one process (the tests) count into the same metrics
   without clashing over names. Tests compare differences, never absolute values.
-- `_created` series are off (`disable_created_metrics`, for the whole process): they
-  double the exposition and say only when the process started.
+- No `_created` series: they would double the exposition and say only when the process
+  started.
+- Counting is plain Python (`Count`, `Durations`): prometheus_client is imported by the
+  first scrape, not by counting, so a process that only starts executions (an
+  application's `majordomus.Client`) never loads it.
 - An execution is counted finished by the process that wrote its terminal event, so no
   two processes count one. The sweeper's are apart (`majordomus_executions_swept_total`,
   no capability label: its one append reads nothing back), and so is an execution whose
@@ -55,30 +58,20 @@ import logging
 import time
 from collections import Counter as Tally
 from collections.abc import Iterable
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
-
-from prometheus_client import (
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    disable_created_metrics,
-    generate_latest,
-    start_http_server,
-)
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from majordomus.reports import QueueReport, queue_report
 
 if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
+
     from majordomus.engine import Engine
 
 log = logging.getLogger("majordomus.metrics")
 
-disable_created_metrics()
-
-CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The exposition format answered: Prometheus' text format 0.0.4."""
 
 SCRAPE_REDIS_SECONDS = 2.0
@@ -92,67 +85,160 @@ DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300,
 """Seconds: an execution lasts from milliseconds (a quick handler) to hours."""
 
 
+class Count:
+    """A counter, by label values, kept as plain numbers: counting imports nothing (a
+    producer's process counts its starts without loading prometheus_client, which only a
+    scrape needs), and a scrape reads a copy (`family`), so the thread that serves a
+    worker's port never sees a count half made."""
+
+    def __init__(self, name: str, documentation: str, labels: tuple[str, ...] = ()) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.label_names = labels
+        self.values: dict[tuple[str, ...], float] = {}
+
+    def labels(self, *values: str) -> Labelled:
+        return Labelled(self, values)
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.add((), amount)
+
+    def add(self, key: tuple[str, ...], amount: float) -> None:
+        self.values[key] = self.values.get(key, 0.0) + amount
+
+    def family(self) -> Metric:
+        from prometheus_client.metrics_core import CounterMetricFamily
+
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.label_names)
+        values = dict(self.values)
+        if not self.label_names and not values:
+            values[()] = 0.0  # an unlabelled counter is exposed from 0, as prometheus_client's
+        for key, value in sorted(values.items()):
+            family.add_metric(list(key), value)
+        return family
+
+
+class Labelled:
+    """One labelled series of a `Count`."""
+
+    __slots__ = ("count", "key")
+
+    def __init__(self, count: Count, key: tuple[str, ...]) -> None:
+        self.count = count
+        self.key = key
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.count.add(self.key, amount)
+
+
+class Durations:
+    """A histogram of seconds by capability, kept as plain numbers (as `Count` is)."""
+
+    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.buckets = buckets
+        self.series: dict[str, tuple[list[int], float, int]] = {}
+        """capability -> (count per bucket, not cumulative; sum; count)."""
+
+    def observe(self, capability: str, seconds: float) -> None:
+        counts, total, n = self.series.get(capability) or ([0] * len(self.buckets), 0.0, 0)
+        for i, bound in enumerate(self.buckets):
+            if seconds <= bound:
+                counts[i] += 1
+                break
+        self.series[capability] = (counts, total + seconds, n + 1)
+
+    def family(self) -> Metric:
+        from prometheus_client.metrics_core import HistogramMetricFamily
+
+        family = HistogramMetricFamily(self.name, self.documentation, labels=["capability"])
+        for capability, (counts, total, n) in sorted(dict(self.series).items()):
+            cumulative, below = [], 0
+            for bound, count in zip(self.buckets, list(counts), strict=True):
+                below += count
+                cumulative.append((_le(bound), float(below)))
+            cumulative.append(("+Inf", float(n)))
+            family.add_metric([capability], cumulative, sum_value=total)
+        return family
+
+
+def _le(bound: float) -> str:
+    """A bucket's bound as prometheus_client writes it (`0.01`, `1.0`, `3600.0`)."""
+    return repr(float(bound))
+
+
 class Metrics:
-    """The metrics counted in one process, in a registry of their own."""
+    """The metrics counted in one process; a registry of their own when scraped."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.started = Counter(
+        self.started = Count(
             "majordomus_executions_started",
             "Executions created by this process, by capability.",
-            ["capability"],
-            registry=r,
+            ("capability",),
         )
-        self.finished = Counter(
+        self.finished = Count(
             "majordomus_executions_finished",
             "Executions whose terminal event this process wrote, by capability and final state.",
-            ["capability", "state"],
-            registry=r,
+            ("capability", "state"),
         )
-        self.duration = Histogram(
+        self.duration = Durations(
             "majordomus_execution_duration_seconds",
             "How long executions run on this worker, from its claim to its terminal event.",
-            ["capability"],
-            buckets=DURATION_BUCKETS,
-            registry=r,
+            DURATION_BUCKETS,
         )
-        self.swept = Counter(
+        self.swept = Count(
             "majordomus_executions_swept",
             "Executions this process's sweeper failed because their worker stopped.",
-            registry=r,
         )
-        self.events = Counter(
+        self.events = Count(
             "majordomus_events_appended",
             "Execution events this process appended (reports, state moves, terminal events).",
-            registry=r,
         )
-        self.redis_errors = Counter(
+        self.redis_errors = Count(
             "majordomus_redis_errors",
             "Failed attempts of a background loop because Redis was unreachable or refused.",
-            ["loop"],
-            registry=r,
+            ("loop",),
         )
-        self.redis_reconnects = Counter(
+        self.redis_reconnects = Count(
             "majordomus_redis_reconnects",
             "Times a background loop worked again after failures.",
-            ["loop"],
-            registry=r,
+            ("loop",),
         )
 
+    @cached_property
+    def registry(self) -> CollectorRegistry:
+        """A prometheus_client registry of these metrics alone (made at the first scrape)."""
+        from prometheus_client import CollectorRegistry
+        from prometheus_client.registry import Collector
+
+        metrics = self
+
+        class Counted(Collector):
+            def collect(self) -> Iterable[Metric]:
+                for one in (
+                    metrics.started, metrics.finished, metrics.duration, metrics.swept,
+                    metrics.events, metrics.redis_errors, metrics.redis_reconnects,
+                ):  # fmt: skip
+                    yield one.family()
+
+        registry = CollectorRegistry(auto_describe=True)
+        registry.register(Counted())
+        return registry
+
     def execution_started(self, capability: str) -> None:
-        self.started.labels(capability).inc()
+        self.started.add((capability,), 1.0)
 
     def execution_finished(self, capability: str, state: str, seconds: float | None = None) -> None:
         """A terminal event this process wrote; `seconds`: how long it ran here (a worker's
         run; None for one that never ran, cancelled while queued)."""
-        self.finished.labels(capability, state).inc()
+        self.finished.add((capability, state), 1.0)
         if seconds is not None:
-            self.duration.labels(capability).observe(max(0.0, seconds))
+            self.duration.observe(capability, max(0.0, seconds))
 
     def events_appended(self, count: int) -> None:
         if count > 0:
-            self.events.inc(count)
+            self.events.add((), float(count))
 
 
 METRICS = Metrics()
@@ -165,24 +251,27 @@ METRICS = Metrics()
 def serve_metrics(host: str, port: int) -> Any:
     """Serve this process's metrics on `host:port` (any path; a thread of its own) until
     the process ends; the server, or `OSError` when the port cannot be bound."""
+    from prometheus_client import start_http_server
+
     server, _ = start_http_server(port, addr=host, registry=METRICS.registry)
     return server
 
 
-class _Families(Collector):
-    """Metric families gathered for one scrape, then exposed with the process's."""
-
-    def __init__(self, families: Iterable[Metric]) -> None:
-        self.families = list(families)
-
-    def collect(self) -> Iterable[Metric]:
-        yield from METRICS.registry.collect()
-        yield from self.families
-
-
 def exposition(families: Iterable[Metric] = ()) -> bytes:
     """The process's metrics and `families`, in the text format (`CONTENT_TYPE`)."""
-    return generate_latest(_Families(families))
+    from prometheus_client import generate_latest
+    from prometheus_client.registry import Collector
+
+    gathered = list(families)
+
+    class Families(Collector):
+        """Metric families gathered for one scrape, then exposed with the process's."""
+
+        def collect(self) -> Iterable[Metric]:
+            yield from METRICS.registry.collect()
+            yield from gathered
+
+    return generate_latest(Families())  # type: ignore[arg-type]
 
 
 _said_at = 0.0
@@ -193,6 +282,8 @@ async def cluster_families(engine: Engine, listeners: int | None = None) -> list
     """The figures read at scrape time: the queue, the running executions and the workers
     from Redis (within `SCRAPE_REDIS_SECONDS`), `majordomus_redis_up` saying whether that
     read worked, and, for an API process, its live listeners."""
+    from prometheus_client.metrics_core import GaugeMetricFamily
+
     from majordomus.loops import within  # loops counts its failures here: imported late
 
     families: list[Metric] = []
@@ -237,6 +328,8 @@ def _say_unread(failure: BaseException | None) -> None:
 
 
 def _report_families(report: QueueReport) -> list[Metric]:
+    from prometheus_client.metrics_core import GaugeMetricFamily
+
     depth = GaugeMetricFamily(
         "majordomus_queue_depth",
         "Executions queued (waiting for a worker), by capability.",

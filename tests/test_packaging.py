@@ -58,7 +58,7 @@ def test_the_wheel_installs_one_top_level_name(wheel: zipfile.ZipFile) -> None:
     assert tops == {"majordomus"}
     for module in ("majordomus/api/app.py", "majordomus/workers/worker.py",
                    "majordomus/api/console/static/app.js", "majordomus/store/lua/take.lua",
-                   "majordomus/client/client.py"):  # fmt: skip
+                   "majordomus/client/client.py", "majordomus/py.typed"):  # fmt: skip
         assert module in names, module
     [metadata] = [n for n in names if n.endswith(".dist-info/METADATA")]
     text = wheel.read(metadata).decode()

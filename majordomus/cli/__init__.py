@@ -12,11 +12,20 @@ runs the command as `startup` says.
 """
 
 import gc
+import sys
 
 _collecting = gc.isenabled()
 gc.disable()
 try:
     from majordomus.cli.app import app, main
+except ModuleNotFoundError as missing:  # a producer's install: no typer, no server
+    if missing.name not in ("typer", "rich", "click"):
+        raise
+    sys.exit(
+        f"majordomus: the command line needs majordomus[server] ({missing.name} is not "
+        "installed): pip install 'majordomus[server]'. An application that only starts and "
+        "follows executions uses majordomus.Client instead."
+    )
 finally:
     if _collecting:
         gc.enable()
