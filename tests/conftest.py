@@ -380,3 +380,15 @@ async def until(predicate: Any, timeout: float = 10, interval: float = 0.02) -> 
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s (last: {value!r})")
         await asyncio.sleep(interval)
+
+
+def builtins_only() -> Any:
+    """A registry of majordomus's built-ins alone: a process that imports no capability of
+    its own (a producer, which knows them by what the workers publish)."""
+    from majordomus.registry import Registry
+
+    registry = Registry()
+    for cap in REGISTRY:
+        if cap.id.split(".", 1)[0] in {"executions", "capabilities", "episodes", "queue", "schedules"}:
+            registry.add(cap)
+    return registry

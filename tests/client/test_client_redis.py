@@ -15,7 +15,7 @@ from majordomus import Client, Execution, MajordomusError, Pending, SyncClient
 from majordomus.client.transports import RedisTransport
 from majordomus.engine import Engine
 from majordomus.model import ExecutionEvent, event_type_of
-from majordomus.registry import REGISTRY, Registry
+from majordomus.registry import REGISTRY
 from tests.capabilities import (
     Count,
     Counted,
@@ -31,7 +31,7 @@ from tests.capabilities import (
     refuse,
     sleepy,
 )
-from tests.conftest import until
+from tests.conftest import builtins_only, until
 
 
 @pytest.fixture
@@ -44,11 +44,7 @@ async def client(engine: Engine) -> Any:
 async def producer(redis: Any, settings: Any) -> Any:
     """A client of a process that imports none of the suite's capabilities: it knows them
     only by what the workers publish."""
-    builtins_only = Registry()
-    for cap in REGISTRY:
-        if not cap.id.startswith("tests."):
-            builtins_only.add(cap)
-    transport = RedisTransport(Engine(redis, builtins_only, settings), "Redis (a producer)")
+    transport = RedisTransport(Engine(redis, builtins_only(), settings), "Redis (a producer)")
     transport.owns_engine = False
     async with Client(transport=transport) as c:
         yield c
