@@ -19,7 +19,6 @@ import asyncio
 import logging
 import os
 import socket
-import time
 from collections.abc import AsyncIterator, Awaitable
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any, cast
@@ -51,6 +50,7 @@ from majordomus.metrics import cluster_families, exposition
 from majordomus.model import ACTOR_HEADER, CLIENT_ACTORS
 from majordomus.registry import Capability
 from majordomus.schemas import MAX_INPUT_DEPTH, coerce_strings
+from majordomus.store import clock
 from majordomus.store.connect import api_client
 from majordomus.store.failures import UNREACHABLE
 from majordomus.sweeper import Sweeper, concurrency_of
@@ -315,7 +315,7 @@ def create_app(
     async def ready_probe() -> Response[Any]:
         try:
             await engine.ping()
-            since = int(time.time() * 1000 - settings.lease_seconds * 1000)
+            since = int(clock.now() * 1000 - settings.lease_seconds * 1000)
             workers = await engine.workers_beating(since)
         except UNREACHABLE as exc:
             return error_response(

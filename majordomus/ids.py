@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from typing import Annotated
 
 import msgspec
 
 from majordomus.errors import invalid_input
 from majordomus.schemas import PROBLEMS
-from majordomus.store.clock import second_stamp
+from majordomus.store import clock
 
 EXECUTION_ID_PATTERN = r"^x-[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}$"
 """The shape of an execution id, as the JSON Schemas say it and the server checks it (ASCII
@@ -47,7 +46,7 @@ def new_execution_id(
     """A fresh id; with `partition`, one whose random suffix modulo `partitions` is it (the
     partition the execution's keys live in, `majordomus.store.keys`), at no cost in
     randomness worth having: the suffix is random but for its residue."""
-    stamp = second_stamp(int(time.time() if now is None else now))
+    stamp = clock.second_stamp(int(clock.now() if now is None else now))
     stamp = stamp[0:4] + stamp[5:7] + stamp[8:13] + stamp[14:16] + stamp[17:19] + "Z"
     suffix = _random32()
     if partition is not None and partitions > 1:

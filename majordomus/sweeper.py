@@ -55,6 +55,7 @@ from majordomus.model import ExecutionDiagnostic
 from majordomus.registry import Registry
 from majordomus.retries import attempts_left, exhausted, start_next_attempt
 from majordomus.states import FINAL
+from majordomus.store import clock
 from majordomus.store.clock import now_stamp
 from majordomus.store.executions import AppendResult, EventWrite, Store
 from majordomus.store.failures import UNREACHABLE
@@ -209,11 +210,11 @@ class Sweeper:
                 except Exception as exc:  # noqa: BLE001  try again, backing off
                     _raise_if_cancelled()
                     self.failures.failed(exc)
-                    await asyncio.sleep(max(self.interval, self.failures.backoff()))
+                    await clock.sleep(max(self.interval, self.failures.backoff()))
                     continue
                 _raise_if_cancelled()
                 self.failures.recovered()
-                await asyncio.sleep(self.interval)
+                await clock.sleep(self.interval)  # wakes early when a test skips time
         finally:
             await self._release()
 

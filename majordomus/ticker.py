@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +53,7 @@ from majordomus.schedules import (
 )
 from majordomus.schemas import validate_input
 from majordomus.start_options import StartOptions
+from majordomus.store import clock
 from majordomus.store.clock import stamp_of
 from majordomus.store.schedules import ScheduleStore
 
@@ -163,7 +163,7 @@ class Ticker:
                 wait = self.failures.backoff()
             else:
                 self.failures.recovered()
-            await asyncio.sleep(wait)
+            await clock.sleep(wait)  # wakes early when a test skips time
 
     # -- one wake ---------------------------------------------------------------------
 
@@ -231,7 +231,7 @@ class Ticker:
             return RELOAD_SECONDS
         soonest = min(self._due_at(s) for s in self.schedules.values())
         # A wake a fraction early finds nothing due and sleeps that fraction again.
-        return max(0.0, min(RELOAD_SECONDS, soonest / 1000 - time.time()))
+        return max(0.0, min(RELOAD_SECONDS, soonest / 1000 - clock.now()))
 
     async def _start_due(self, schedule: StoredSchedule, due: Due) -> None:
         if due.missed is not None:
@@ -316,4 +316,4 @@ def _when(schedule: StoredSchedule) -> tuple[str, str]:
 
 
 def _now_ms() -> int:
-    return int(time.time() * 1000)
+    return clock.now_ms()

@@ -11,6 +11,9 @@ suite with the module and line that did it:
 - the store imports none of the layers above it (engine, context, registry, built-ins);
 - the surfaces meet only where the process commands are wired
   (`majordomus/cli/processes.py`, and `api/launch.py`, which runs a worker in `dev`);
+- the testing kit (`majordomus/testing/`) is where the engine and the worker meet in a
+  test's process: it may import the workers, the store and the core, never a surface
+  (`majordomus.api`, the CLI), arq or a Redis client itself; nothing but tests imports it;
 - no bounded wait can drop the caller's cancel (no `asyncio.wait_for`).
 """
 
@@ -64,6 +67,7 @@ STORE_MAY_NOT_IMPORT = (
     *SURFACES,
 )
 WHERE_SURFACES_MEET = {"majordomus/cli/processes.py", "api/launch.py"}
+TESTING_MAY_NOT_IMPORT = ("majordomus.api", "majordomus.cli", "arq", "redis", "fakeredis")
 
 
 def _modules() -> list[Path]:
@@ -105,6 +109,8 @@ def _layer(rel: str) -> str:
         return "store"
     if rel.startswith("majordomus/cli/"):
         return "cli"
+    if rel.startswith("majordomus/testing/"):
+        return "testing"
     if rel.startswith("majordomus/"):
         return "core"
     return rel.split("/", 1)[0]
@@ -124,6 +130,10 @@ def _violations() -> list[str]:
                 found.append(f"{where}: the core imports no surface, worker, arq or Redis")
             if layer == "store" and _names(name, STORE_MAY_NOT_IMPORT):
                 found.append(f"{where}: the store depends on nothing above it")
+            if layer == "testing" and _names(name, TESTING_MAY_NOT_IMPORT):
+                found.append(f"{where}: the testing kit runs the engine and workers, no surface")
+            if layer != "testing" and _names(name, ("majordomus.testing",)):
+                found.append(f"{where}: only tests import the testing kit")
             if _names(name, ("api", "workers")):
                 found.append(f"{where}: import it as majordomus.{name} (installs have no {name!r})")
             crosses = (layer == "cli" and _names(name, SURFACES)) or (

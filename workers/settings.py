@@ -23,6 +23,7 @@ from arq.worker import func
 
 from majordomus.config import Settings, settings
 from majordomus.loading import load_capabilities
+from majordomus.registry import Registry
 from majordomus.store.connect import DEFAULT_URL, connect, is_cluster_url, is_sentinel_url
 from majordomus.store.keys import Keys
 from majordomus.store.queue import RUN_EXECUTION
@@ -51,7 +52,11 @@ async def startup(ctx: dict[str, Any]) -> None:
             "Worker, which names their keys arq:job:<id>, not MAJORDOMUS_KEY_PREFIX's"
         )
     cfg: Settings = ctx.get("settings") or settings()
-    registry = load_capabilities(cfg.capabilities)
+    # A registry handed over (the testing kit's, `build_worker(registry=...)`) or the modules
+    # the settings name.
+    registry: Registry | None = ctx.get("majordomus_registry")
+    if registry is None:
+        registry = load_capabilities(cfg.capabilities)
     redis = ctx.get("majordomus_redis") or ctx["redis"]
     runtime = WorkerRuntime(redis, registry, cfg)
     await runtime.start()
@@ -115,7 +120,10 @@ class WorkerSettings:
 
 
 def build_worker(cfg: Settings, redis: Any = None, **overrides: Any) -> Any:
-    """A `MajordomusWorker` on `redis` (an ArqRedis, or None to connect from the settings)."""
+    """A `MajordomusWorker` on `redis` (an ArqRedis, or None to connect from the settings),
+    with arq's options `overrides`; `registry=` runs that registry's capabilities (the
+    testing kit's) rather than the modules the settings name."""
+    registry: Registry | None = overrides.pop("registry", None)
     from majordomus.workers.worker import MajordomusWorker
 
     # arq logs each job's start and end at INFO; its warnings and errors still show.
@@ -124,5 +132,7 @@ def build_worker(cfg: Settings, redis: Any = None, **overrides: Any) -> Any:
     options.update(overrides)
     if redis is None:
         redis = connect(cfg.redis_url, arq=True)
-    ctx = {"settings": cfg}
+    ctx: dict[str, Any] = {"settings": cfg}
+    if registry is not None:
+        ctx["majordomus_registry"] = registry
     return MajordomusWorker(redis_pool=redis, ctx=ctx, **options)

@@ -30,7 +30,6 @@ import contextlib
 import logging
 import signal
 import sys
-import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -39,6 +38,7 @@ from arq.worker import Worker
 
 from majordomus.loops import Failures, within
 from majordomus.metrics import METRICS
+from majordomus.store import clock
 from majordomus.store.queue import BLOCK_MAX_SECONDS, Take, Taken
 from majordomus.workers.runtime import WorkerRuntime
 from majordomus.workers.settings import MAJORDOMUS_WORKER
@@ -154,7 +154,7 @@ class MajordomusWorker(Worker):
             return None
         head_ms = self._next_due_ms
         if head_ms is not None:
-            due_in = (head_ms - time.time() * 1000) / 1000
+            due_in = (head_ms - clock.now() * 1000) / 1000
             if due_in <= timeout + REDIS_TIMEOUT_SLACK_SECONDS:
                 # Delayed work comes due within the wait: Redis ends a blocking wait on its
                 # own clock tick, up to 100 ms late, so the wait there ends before the due
@@ -169,7 +169,7 @@ class MajordomusWorker(Worker):
         head_ms = self._next_due_ms
         if head_ms is None:
             return fallback
-        due_in = (head_ms - time.time() * 1000) / 1000
+        due_in = (head_ms - clock.now() * 1000) / 1000
         if due_in > 0:
             return min(due_in, fallback)
         # Due work left after a take: more than it could take, so take again now while
@@ -299,7 +299,7 @@ class MajordomusWorker(Worker):
         due = self._next_due_ms
         if self.runtime is None:
             return
-        if due is not None and due <= time.time() * 1000:
+        if due is not None and due <= clock.now() * 1000:
             self.runtime.wake.set()
         elif self.runtime.store.can_block and not self._waiting_in_redis:
             self._room_made = True

@@ -30,6 +30,7 @@ from majordomus.priorities import Priority
 from majordomus.registry import capability
 from majordomus.start_options import StartOptions
 from majordomus.states import ExecutionState
+from majordomus.store import clock
 
 if TYPE_CHECKING:
     from majordomus.context import Context
@@ -75,7 +76,7 @@ class StartInput(msgspec.Struct, forbid_unknown_fields=True):
         of `start_at` and now + `delay_ms` when both are given."""
         due: list[int] = []
         if self.delay_ms is not None:
-            due.append(int(time.time() * 1000) + min(self.delay_ms, DELAY_BOUND_MS))
+            due.append(clock.now_ms() + min(self.delay_ms, DELAY_BOUND_MS))
         if self.start_at is not None:
             due.append(int(self.start_at.timestamp() * 1000))
         due_ms = max(due) if due else None

@@ -9,7 +9,6 @@ in `majordomus.ticker` (run by every worker); nothing here ticks.
 
 from __future__ import annotations
 
-import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,7 @@ from majordomus.schedules import (
     created_id,
     view_of,
 )
+from majordomus.store import clock
 
 if TYPE_CHECKING:
     from majordomus.context import Context
@@ -113,7 +113,7 @@ def shown(engine: Engine, stored: StoredSchedule) -> ScheduleView:
     cap = engine.registry.get(stored.definition.capability)
     plain = stored.definition.input
     safe = redact(cap.input, plain) if cap else dict.fromkeys(plain, REDACTED)
-    return view_of(stored, safe, int(time.time() * 1000))
+    return view_of(stored, safe, clock.now_ms())
 
 
 def _unknown(schedule_id: str) -> MajordomusError:

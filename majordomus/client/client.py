@@ -24,6 +24,7 @@ from typing import Any, TypeVar, overload
 
 import msgspec
 
+from majordomus.builtins.executions import StartInput
 from majordomus.client.handles import Declared, Delay, Execution, Message
 from majordomus.client.transports import (
     HttpTransport,
@@ -60,6 +61,20 @@ def _delay_ms(delay: Delay | None) -> int | None:
             f"a delay of {seconds:g} s is negative", "give 0 or more seconds, or a timedelta"
         )
     return int(seconds * 1000)
+
+
+def _check_options(request: StartInput) -> None:
+    """A start's options as the API checks them (an aware `start_at`, a known priority, a
+    key of 1 to 200 characters), its input left to the capability's own validation."""
+    options = msgspec.structs.replace(request, input={})
+    try:
+        msgspec.convert(msgspec.to_builtins(options), StartInput)
+    except msgspec.ValidationError as exc:
+        raise invalid_input(
+            f"the start of {request.capability} is not one: {exc}",
+            "see Client.start's options: delay, start_at (an aware datetime), priority "
+            "(low, normal, high), idempotency_key (1-200 characters)",
+        ) from None
 
 
 class Client:
@@ -161,27 +176,15 @@ class Client:
         `idempotency_key`: a start with a key an execution holds answers that execution
         (the same input) or is `refused` (another one). A typed start (a declaration)
         answers an `Execution` whose `result()` is of its declared output type."""
-        from majordomus.builtins.executions import StartInput
-
         declared = capability if isinstance(capability, Declared) else None
         cap_id = declared.id if declared is not None else str(capability)
-        try:
-            request = StartInput(
-                capability=cap_id,
-                input=_plain(input),
-                episode=episode,
-                start_at=start_at,
-                delay_ms=_delay_ms(delay),
-                priority=priority,
-                idempotency_key=idempotency_key,
-            )
-            request = msgspec.convert(msgspec.to_builtins(request), StartInput)  # its checks
-        except (msgspec.ValidationError, TypeError) as exc:
-            raise invalid_input(
-                f"the start of {cap_id} is not one: {exc}",
-                "see Client.start's options: delay, start_at (aware datetime), priority, "
-                "idempotency_key (1-200 characters)",
-            ) from None
+        request = StartInput(capability=cap_id, input=_plain(input), episode=episode)
+        if delay is not None or start_at is not None or priority is not None or idempotency_key:
+            request.start_at = start_at
+            request.delay_ms = _delay_ms(delay)
+            request.priority = priority
+            request.idempotency_key = idempotency_key
+            _check_options(request)
         known = declared.capability if declared is not None else None
         snapshot = await self.transport.start(request, known)
         return Execution(self, snapshot, declared.output_type if declared is not None else None)

@@ -152,10 +152,15 @@ class RedisTransport:
     the workers published for what it does not import)."""
 
     def __init__(self, engine: Engine, where: str, *, actor: str = "internal") -> None:
+        from majordomus.start_options import NO_OPTIONS
+        from majordomus.store.failures import StoreFailure
+
         self.engine = engine
         self.where = where
         self.actor = actor
         self.owns_engine = True
+        self.failures: tuple[type[Exception], ...] = (StoreFailure, OSError)
+        self.no_options = NO_OPTIONS
 
     @classmethod
     def connect(
@@ -181,12 +186,10 @@ class RedisTransport:
         return cls(Engine(client, registry, settings), where, actor=actor)
 
     async def _guarded(self, call: Awaitable[T]) -> T:
-        from majordomus.store.failures import StoreFailure
-
         try:
             return await call
-        except (StoreFailure, OSError) as exc:
-            raise store_failure(exc, self.where) from None
+        except self.failures as exc:
+            raise store_failure(exc, self.where) from None  # type: ignore[arg-type]
 
     async def start(self, request: StartInput, known: Capability | None) -> ExecutionSnapshot:
         engine = self.engine
@@ -196,13 +199,17 @@ class RedisTransport:
                 engine.published.setdefault(known.id, known)  # declared on a registry of its own
             else:
                 await engine.known(request.capability)
-            # As the `executions.start` route hands it to the engine.
+            # As the `executions.start` route hands it to the engine (a start with no
+            # option as one: its plan is shared).
+            plain = request.start_at is None and request.delay_ms is None and not (
+                request.priority or request.idempotency_key
+            )
             return await engine.start(
                 request.capability,
                 request.input,
                 actor=self.actor,
                 episode=request.episode,
-                options=request.options(),
+                options=self.no_options if plain else request.options(),
             )
 
         return await self._guarded(start())
@@ -361,6 +368,13 @@ class HttpTransport:
     ) -> Any:
         """One route: a `GET` with the input as its query, any other method with it as a
         JSON body. The answer's JSON, or its error envelope raised as `MajordomusError`."""
+        return await self.answer(method, path, raw_input, Any)
+
+    async def answer(
+        self, method: str, path: str, raw_input: dict[str, Any] | None, kind: Any
+    ) -> Any:
+        """`request`'s answer decoded straight into `kind` (one pass over its JSON), or
+        `unavailable` when it is not one: an API of another version, say."""
         import httpx
 
         raw_input = raw_input or {}
@@ -379,8 +393,13 @@ class HttpTransport:
         if response.status_code >= 400:
             raise error_of_response(response)
         try:
-            return response.json()
-        except ValueError:
+            return msgspec.json.decode(response.content, type=kind)
+        except msgspec.ValidationError as exc:
+            raise unavailable(
+                f"{self.where} answered what this client cannot read ({exc})",
+                "check the URL points at a majordomus API of this version",
+            ) from None
+        except msgspec.DecodeError:
             raise unavailable(
                 f"{self.where} answered something that is not JSON",
                 "check the URL points at a majordomus API",
@@ -401,12 +420,10 @@ class HttpTransport:
     async def start(self, request: StartInput, known: Capability | None) -> ExecutionSnapshot:
         # The route's own input, as its body: the API validates and times it.
         body = msgspec.to_builtins(request)
-        answer = await self.request("POST", START_PATH, body)
-        return typed(answer, ExecutionSnapshot, self.where)
+        return await self.answer("POST", START_PATH, body, ExecutionSnapshot)  # type: ignore[no-any-return]
 
     async def get(self, execution_id: str) -> ExecutionSnapshot:
-        answer = await self.request("GET", GET_PATH, {"id": execution_id})
-        return typed(answer, ExecutionSnapshot, self.where)
+        return await self.answer("GET", GET_PATH, {"id": execution_id}, ExecutionSnapshot)  # type: ignore[no-any-return]
 
     async def list(
         self,
@@ -420,22 +437,18 @@ class HttpTransport:
             "state": state, "capability": capability, "episode": episode,
             "limit": limit, "before": before,
         }  # fmt: skip
-        answer = await self.request("GET", LIST_PATH, query)
-        return typed(answer, ExecutionList, self.where)
+        return await self.answer("GET", LIST_PATH, query, ExecutionList)  # type: ignore[no-any-return]
 
     async def cancel(self, execution_id: str) -> CancelOutput:
-        answer = await self.request("POST", CANCEL_PATH, {"id": execution_id})
-        return typed(answer, CancelOutput, self.where)
+        return await self.answer("POST", CANCEL_PATH, {"id": execution_id}, CancelOutput)  # type: ignore[no-any-return]
 
     async def wait(self, execution_id: str, timeout_ms: int) -> ExecutionSnapshot:
-        answer = await self.request("GET", WAIT_PATH, {"id": execution_id, "timeout_ms": timeout_ms})
-        return typed(answer, ExecutionSnapshot, self.where)
+        query = {"id": execution_id, "timeout_ms": timeout_ms}
+        return await self.answer("GET", WAIT_PATH, query, ExecutionSnapshot)  # type: ignore[no-any-return]
 
     async def events(self, execution_id: str, after: int, limit: int | None) -> EventHistory:
-        answer = await self.request(
-            "GET", EVENTS_PATH, {"id": execution_id, "after": after, "limit": limit}
-        )
-        return typed(answer, EventHistory, self.where)
+        query = {"id": execution_id, "after": after, "limit": limit}
+        return await self.answer("GET", EVENTS_PATH, query, EventHistory)  # type: ignore[no-any-return]
 
     async def follow(self, execution_id: str, after: int) -> AsyncIterator[Message]:
         """The live channel from `after`, reconnecting from the last sequence seen."""

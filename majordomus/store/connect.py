@@ -370,6 +370,13 @@ def is_cluster(client: Any) -> bool:
     return isinstance(client, RedisCluster)
 
 
+def is_in_process(client: Any) -> bool:
+    """Whether `client` is one of an in-process fakeredis server (`connect(fake_server=...)`
+    gives its pool the server)."""
+    pool = getattr(client, "connection_pool", None)
+    return pool is not None and "server" in getattr(pool, "connection_kwargs", {})
+
+
 def _hosts_of(url: str, default_port: int) -> tuple[str, str, list[tuple[str, int]], str, str]:
     """What a URL naming several hosts holds: its scheme, its credentials (`user:password@`
     as written, or nothing), its hosts with their ports (`default_port` where none is
@@ -884,9 +891,12 @@ def connect(
     if wait:
         options["timeout"] = WAIT_FOR_CONNECTION_SECONDS
     if fake_server is not None:
-        from fakeredis.aioredis import FakeConnection
+        from fakeredis import aioredis
 
-        pool = pool_class(connection_class=cast(Any, FakeConnection), server=fake_server, **options)
+        # `FakeConnection` is a deprecated alias (a function, warning at each connection)
+        # where fakeredis has `FakeAsyncRedisConnection`.
+        fake = getattr(aioredis, "FakeAsyncRedisConnection", None) or aioredis.FakeConnection
+        pool = pool_class(connection_class=cast(Any, fake), server=fake_server, **options)
     else:
         options.update(
             socket_connect_timeout=connect_timeout,

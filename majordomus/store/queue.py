@@ -13,7 +13,6 @@ does.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -21,9 +20,10 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from majordomus.config import Settings
+from majordomus.store import clock
 from majordomus.store.base import StoreBase
 from majordomus.store.clock import now_stamp
-from majordomus.store.connect import RedisClient, is_cluster
+from majordomus.store.connect import RedisClient, is_cluster, is_in_process
 from majordomus.store.keys import Partition
 
 RUN_EXECUTION = "run_execution"
@@ -115,15 +115,21 @@ class QueueStore(StoreBase):
                 break
         self._turn = start + 1
         if visits < len(parts) and len(taken) < count:
-            heads.append(time.time() * 1000)  # the other partitions are yet to be seen
+            heads.append(clock.now() * 1000)  # the other partitions are yet to be seen
         return Take(taken, min(heads) if heads else None)
 
     @property
     def can_block(self) -> bool:
         """Whether `take_blocking` works here: one partition on one Redis (a Redis Cluster
         client sends a pipeline's commands node by node, so the take could not follow the
-        pop on its connection; several partitions would need a pop of several slots)."""
-        return len(self.keys.partitions) == 1 and not is_cluster(self.redis)
+        pop on its connection; several partitions would need a pop of several slots), and
+        not in-process fakeredis, whose `BLMOVE` does not block (2.41 answers nil at once
+        when the list is missing, as `LMOVE` does): a worker waiting there would spin."""
+        return (
+            len(self.keys.partitions) == 1
+            and not is_cluster(self.redis)
+            and not is_in_process(self.redis)
+        )
 
     async def take_blocking(self, worker: str, token: str, seconds: float) -> Take:
         """Wait up to `seconds` for a start, then take it (at most one): a blocking pop of

@@ -1,0 +1,1 @@
+"""Tests of the testing kit (`majordomus.testing`): its environment, time skipping, plugin."""
