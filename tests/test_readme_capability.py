@@ -26,15 +26,16 @@ pytestmark = [pytest.mark.process, pytest.mark.slow]
 CONSOLE_SCRIPT = Path(sys.executable).with_name("majordomus")
 
 
-def marked_block(marker: str) -> str:
-    """The fenced block right after `<!-- readme-capability: MARKER -->` in the README."""
+def marked_block(marker: str, kind: str = "readme-capability") -> str:
+    """The fenced block right after `<!-- KIND: MARKER -->` in the README (`readme-client`
+    and `readme-testing` mark the other sections' examples)."""
     text = (ROOT / "README.md").read_text()
     found = re.search(
-        rf"<!-- readme-capability: {re.escape(marker)} -->\s*```\w*\n(.*?)^\s*```",
+        rf"<!-- {re.escape(kind)}: {re.escape(marker)} -->\s*```\w*\n(.*?)^\s*```",
         text,
         re.DOTALL | re.MULTILINE,
     )
-    assert found, f"README.md has no block marked readme-capability: {marker}"
+    assert found, f"README.md has no block marked {kind}: {marker}"
     return found.group(1)
 
 

@@ -19,19 +19,6 @@ from tests.test_readme_capability import CONSOLE_SCRIPT, marked_block, user_env
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 
-def client_block(name: str) -> str:
-    import re
-
-    text = (ROOT / "README.md").read_text()
-    found = re.search(
-        rf"<!-- readme-client: {re.escape(name)} -->\s*```\w*\n(.*?)^\s*```",
-        text,
-        re.DOTALL | re.MULTILINE,
-    )
-    assert found, f"README.md has no block marked readme-client: {name}"
-    return found.group(1)
-
-
 @pytest.fixture
 def app(tmp_path: Path, redis_url: str) -> Path:
     client = redis_sync.Redis.from_url(redis_url)
@@ -39,7 +26,7 @@ def app(tmp_path: Path, redis_url: str) -> Path:
     client.close()
     (tmp_path / "greetings.py").write_text(marked_block("greetings.py"))
     for name in ("app_async.py", "app_sync.py"):
-        (tmp_path / name).write_text(client_block(name))
+        (tmp_path / name).write_text(marked_block(name, "readme-client"))
     return tmp_path
 
 

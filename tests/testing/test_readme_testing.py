@@ -5,33 +5,20 @@ there, the kit's fixture coming from the installed plugin alone."""
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
 from tests.test_readme_capability import marked_block
 
 pytestmark = [pytest.mark.process]
 
 
-def readme_block(name: str) -> str:
-    text = (ROOT / "README.md").read_text()
-    found = re.search(
-        rf"<!-- readme-testing: {re.escape(name)} -->\s*```\w*\n(.*?)^\s*```",
-        text,
-        re.DOTALL | re.MULTILINE,
-    )
-    assert found, f"README.md has no block marked readme-testing: {name}"
-    return found.group(1)
-
-
 def test_the_readme_test_of_greetings_passes_in_a_suite_of_its_own(tmp_path: Path) -> None:
     (tmp_path / "greetings.py").write_text(marked_block("greetings.py"))
-    (tmp_path / "test_greetings.py").write_text(readme_block("test_greetings.py"))
+    (tmp_path / "test_greetings.py").write_text(marked_block("test_greetings.py", "readme-testing"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAJORDOMUS_")}
     env["PYTHONPATH"] = str(tmp_path)
     done = subprocess.run(
