@@ -192,27 +192,29 @@ class RedisTransport:
             raise store_failure(exc, self.where) from None  # type: ignore[arg-type]
 
     async def start(self, request: StartInput, known: Capability | None) -> ExecutionSnapshot:
+        # One coroutine on the hot path: what `_guarded` does, written out.
         engine = self.engine
-
-        async def start() -> ExecutionSnapshot:
-            if known is not None and engine.registry.get(known.id) is not known:
-                engine.published.setdefault(known.id, known)  # declared on a registry of its own
-            else:
-                await engine.known(request.capability)
-            # As the `executions.start` route hands it to the engine (a start with no
-            # option as one: its plan is shared).
-            plain = request.start_at is None and request.delay_ms is None and not (
-                request.priority or request.idempotency_key
-            )
+        cap_id = request.capability
+        # As the `executions.start` route hands it to the engine (a start with no option
+        # as one: its plan is shared).
+        plain = request.start_at is None and request.delay_ms is None and not (
+            request.priority or request.idempotency_key
+        )
+        try:
+            if cap_id not in engine.registry and cap_id not in engine.published:
+                if known is not None:
+                    engine.published[cap_id] = known  # declared on a registry of its own
+                else:
+                    await engine.known(cap_id)  # its workers' published declaration
             return await engine.start(
-                request.capability,
+                cap_id,
                 request.input,
                 actor=self.actor,
                 episode=request.episode,
                 options=self.no_options if plain else request.options(),
             )
-
-        return await self._guarded(start())
+        except self.failures as exc:
+            raise store_failure(exc, self.where) from None  # type: ignore[arg-type]
 
     async def get(self, execution_id: str) -> ExecutionSnapshot:
         return await self._guarded(self.engine.get(execution_id))
