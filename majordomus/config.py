@@ -41,6 +41,10 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     """How long a silent worker's executions stay `running` before they are failed."""
     cancel_grace: float = 10.0
     """How long an async handler that ignores its cancel flag runs on before it is stopped."""
+    failure_details: bool = True
+    """Whether a failed execution's error and diagnostics show an unexpected exception's
+    type and message (redacted, cut to 500 characters); off: `internal` alone, the
+    exception in the worker's log only."""
     shutdown_grace: float = 10.0
     """How long a worker told to stop lets running executions finish before cancelling them."""
     retain_seconds: int = 7 * 24 * 3600

@@ -293,6 +293,10 @@ class ExecutionContext(Context):
         text = self._mask(sanitize_log_line(self._mask(str(message))))
         return self._emit("execution.log", _encode(LogData(stream, text)))
 
+    def masked(self, text: str) -> str:
+        """`text` with this execution's secret values masked, as its reports are."""
+        return self._mask(text)
+
     def diagnostic(
         self,
         severity: Severity,

@@ -724,12 +724,13 @@ def as_declared(cap: Capability, output: Any) -> Any:
     """A handler's answer as its declared output type: one in its stored form (`StoredForm`)
     is decoded into it (the JSON it encodes to is that type's); any other is as it is."""
     if isinstance(output, StoredForm):
-        return _decoder_of(cap.output).decode(msgspec.json.encode(output))
+        return output_decoder(cap.output).decode(msgspec.json.encode(output))
     return output
 
 
 @functools.cache
-def _decoder_of(tp: Any) -> msgspec.json.Decoder[Any]:
+def output_decoder(tp: Any) -> msgspec.json.Decoder[Any]:
+    """A decoder of `tp` (made once per type): what an output's JSON must decode as."""
     return msgspec.json.Decoder(tp)
 
 

@@ -121,3 +121,19 @@ def plain(ctx: Context, inp: Count) -> Counted:
     for i in range(inp.events):
         ctx.log(f"line {i}")
     return Counted(inp.events)
+
+
+class Lie(msgspec.Struct, forbid_unknown_fields=True):
+    kind: str = "struct"
+
+
+@capability("tests.liar", input=Lie, output=Counted, title="Answer what the output refuses")
+async def liar(ctx: Context, inp: Lie) -> Counted:
+    if inp.kind == "dict":
+        return {"counted": 1}  # type: ignore[return-value]
+    return Counted(events="many")  # type: ignore[arg-type]  # a Struct checks nothing when made
+
+
+@capability("tests.leaky", input=Credentials, output=Echo, title="Raise with a secret in it")
+async def leaky(ctx: Context, inp: Credentials) -> Echo:
+    raise ValueError(f"the token {inp.token} was refused: " + "x" * 1000)

@@ -27,7 +27,7 @@ import msgspec
 
 from majordomus.config import Settings
 from majordomus.context import ExecutionCancelled, ExecutionContext, error_of
-from majordomus.engine import Engine, call_handler
+from majordomus.engine import Engine, call_handler, output_decoder
 from majordomus.errors import MajordomusError
 from majordomus.loops import Failures, stop_task, within
 from majordomus.metrics import METRICS
@@ -62,6 +62,47 @@ starts the same next attempt, found by its idempotency key.)"""
 
 RETRY_START_RETRY_CAP_SECONDS = 1.0
 """The longest wait between two tries at starting a retry while Redis is away."""
+
+EXCEPTION_CODE = "execution.exception"
+"""The diagnostic an unexpected exception adds: its type and message (`failure_details`)."""
+EXCEPTION_CHARS = 500
+"""The longest an exception's shown text is (its type and message); a longer one is cut."""
+OUTPUT_CODE = "execution.output_invalid"
+"""The diagnostic of an output that is not its capability's declared type."""
+
+
+class OutputInvalid(MajordomusError):
+    """A handler answered what its declared output type refuses: nothing of it is stored."""
+
+    def __init__(self, cap: Capability, problem: str, execution_id: str) -> None:
+        name = getattr(cap.output, "__name__", str(cap.output))
+        super().__init__(
+            "internal",
+            f"{cap.id} answered an output that is not a {name}: {problem}",
+            f"return a {name} from the handler (see its output schema: majordomus "
+            f"capabilities describe {cap.id})",
+            execution_id,
+        )
+
+
+def checked_output(cap: Capability, output: Any, execution_id: str) -> bytes:
+    """The handler's answer as the JSON stored and answered, once its declared output type
+    takes it (a Struct's members are not checked when it is made, nor a dict's ever);
+    `OutputInvalid`, naming the member and what was wrong, when it does not."""
+    payload = encode(output)
+    try:
+        output_decoder(cap.output).decode(payload)
+    except msgspec.ValidationError as exc:
+        raise OutputInvalid(cap, str(exc), execution_id) from None
+    return payload
+
+
+def exception_text(exc: BaseException, ctx: ExecutionContext) -> str:
+    """An unexpected exception as a person reads it (`ValueError: ...`), its secrets masked
+    as the execution's reports are, cut to `EXCEPTION_CHARS`."""
+    message = str(exc).strip()
+    text = ctx.masked(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+    return text if len(text) <= EXCEPTION_CHARS else text[: EXCEPTION_CHARS - 1] + "…"
 
 
 def _report(ctx: ExecutionContext, diag: ExecutionDiagnostic) -> None:
@@ -358,9 +399,11 @@ class WorkerRuntime:
                 return await self._end_cancelled(ctx, exc, cap, secret)
             except Exception as exc:
                 return await self._end_failed(ctx, exc, cap, secret)
-            result = await ctx.finish(
-                "execution.completed", b'{"output":' + encode(output) + b"}"
-            )
+            try:
+                payload = checked_output(cap, output, execution_id)
+            except OutputInvalid as invalid:
+                return await self._end_failed(ctx, invalid, cap, secret)
+            result = await ctx.finish("execution.completed", b'{"output":' + payload + b"}")
             return result.state
         finally:
             if (ended := ctx.written_end) is not None:  # its terminal event is ours: count it
@@ -386,8 +429,22 @@ class WorkerRuntime:
     ) -> str:
         execution_id = ctx.execution_id or ""
         error = error_of(exc, execution_id)
-        if error.code == "internal" and not isinstance(exc, MajordomusError):
+        if isinstance(exc, OutputInvalid):
+            log.error("execution_id=%s: %s", execution_id, exc.message)
+            ctx.diagnostic("error", OUTPUT_CODE, exc.message, suggestion=exc.suggestion)
+        elif error.code == "internal" and not isinstance(exc, MajordomusError):
             log.error("execution_id=%s failed", execution_id, exc_info=exc)
+            if self.settings.failure_details:
+                shown = exception_text(exc, ctx)
+                ctx.diagnostic(
+                    "error",
+                    EXCEPTION_CODE,
+                    shown,
+                    suggestion=f"its traceback is in the worker's log: execution_id={execution_id}",
+                )
+                error = MajordomusError(
+                    error.code, f"{error.message}: {shown}", error.suggestion, execution_id
+                )
         if cap.retry is not None and cap.retry.retries(exc):
             await self._retry_before_failing(ctx, cap, secret)
         result = await ctx.finish("execution.failed", failed_data(error, execution_id))

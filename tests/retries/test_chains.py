@@ -104,7 +104,10 @@ async def test_a_chain_that_runs_out_ends_failed_and_its_call_raises_the_last_er
     last = await engine.get(last_id)
     assert last.state == "failed" and last.attempt == 3
     assert not isinstance(last.retried_as, str)
-    assert [d.code for d in last.diagnostics] == [RETRY_EXHAUSTED]
+    # What failed it (`execution.exception`: `RuntimeError: attempt 3 failed`), then why
+    # nothing more runs.
+    assert [d.code for d in last.diagnostics] == ["execution.exception", RETRY_EXHAUSTED]
+    assert last.diagnostics[0].summary == "RuntimeError: attempt 3 failed"
     assert len(attempts_in(marker)) == 3
     # Back along the chain, every attempt failed and named the next.
     second = await engine.get(str(last.retry_of))

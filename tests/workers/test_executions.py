@@ -47,17 +47,65 @@ async def test_demonstrate_failing_at_a_step_is_internal_without_a_traceback(
     error = done.error
     assert error.code == "internal"  # type: ignore[union-attr]
     assert error.suggestion == f"search the server's output for execution_id={snap.id}"  # type: ignore[union-attr]
-    assert "Traceback" not in msgspec.json.encode(done).decode()
-    assert "DemonstrationFailure" not in msgspec.json.encode(await engine.events(snap.id)).decode()
+    assert "Traceback" not in msgspec.json.encode(await engine.events(snap.id)).decode()
+    shown = "DemonstrationFailure: demonstration failed at step 2 as asked"
+    assert error.message.endswith(shown)  # type: ignore[union-attr]
+    assert [(d.code, d.summary) for d in done.diagnostics] == [("execution.exception", shown)]
     assert [s.state for s in done.steps] == ["completed", "failed"]
     assert "output" not in msgspec.to_builtins(done)
 
 
-async def test_an_unexpected_exception_leaks_nothing(engine: Engine, worker: Any) -> None:
+async def test_an_unexpected_exception_says_its_type_and_message_and_no_traceback(
+    engine: Engine, worker: Any
+) -> None:
     snap = await engine.start("tests.boom", {})
     done = await engine.wait(snap.id, 10_000)
-    assert done.error.code == "internal"  # type: ignore[union-attr]
+    error = done.error
+    shown = "ValueError: secret internals that must not leak"
+    assert error.code == "internal" and error.message.endswith(shown)  # type: ignore[union-attr]
+    [diagnostic] = done.diagnostics
+    assert (diagnostic.severity, diagnostic.code, diagnostic.summary) == (
+        "error", "execution.exception", shown,
+    )
+    assert snap.id in str(diagnostic.suggestion)  # where its traceback is
+    assert "Traceback" not in msgspec.json.encode(await engine.events(snap.id)).decode()
+
+
+async def test_an_exception_message_is_redacted_and_bounded(engine: Engine, worker: Any) -> None:
+    snap = await engine.start("tests.leaky", {"user": "ada", "token": "s3cret-token"})
+    done = await engine.wait(snap.id, 10_000)
+    history = msgspec.json.encode(await engine.events(snap.id)).decode()
+    assert "s3cret-token" not in history and "«redacted»" in done.error.message  # type: ignore[union-attr]
+    [diagnostic] = done.diagnostics
+    assert len(diagnostic.summary) == 500 and diagnostic.summary.endswith("…")
+
+
+async def test_with_failure_details_off_an_unexpected_exception_says_only_internal(
+    engine: Engine, redis: Any, redis_url: str
+) -> None:
+    quiet = make_settings(redis_url, failure_details=False)
+    async with running_worker(redis, quiet):
+        snap = await engine.start("tests.boom", {})
+        done = await engine.wait(snap.id, 10_000)
+    assert done.error.code == "internal" and done.diagnostics == []  # type: ignore[union-attr]
+    assert done.error.message == "the capability failed unexpectedly"  # type: ignore[union-attr]
     assert "secret internals" not in msgspec.json.encode(await engine.events(snap.id)).decode()
+
+
+async def test_an_output_that_is_not_its_declared_type_fails_and_is_not_stored(
+    engine: Engine, worker: Any
+) -> None:
+    for given, problem in (("struct", "Expected `int`, got `str` - at `$.events`"),
+                           ("dict", "Object missing required field `events`")):  # fmt: skip
+        snap = await engine.start("tests.liar", {"kind": given})
+        done = await engine.wait(snap.id, 10_000)
+        assert done.state == "failed" and "output" not in msgspec.to_builtins(done)
+        error = done.error
+        assert error.code == "internal"  # type: ignore[union-attr]
+        assert error.message == (  # type: ignore[union-attr]
+            f"tests.liar answered an output that is not a Counted: {problem}"
+        )
+        assert [d.code for d in done.diagnostics] == ["execution.output_invalid"]
 
 
 async def test_a_typed_error_from_a_handler_keeps_its_code(engine: Engine, worker: Any) -> None:
