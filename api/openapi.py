@@ -34,6 +34,7 @@ ERROR_STATUSES: dict[str, str] = {
     "422": "refused: understood, and declined",
     "500": "internal: the server failed unexpectedly (search its log for the correlation id)",
     "503": "unavailable: Redis is unreachable, or a limit of this process is reached",
+    "504": "timed_out: the execution ran past its capability's timeout and was stopped",
 }
 
 DESCRIPTION = """Capabilities declared once, run as executions anyone can watch.

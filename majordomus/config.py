@@ -41,6 +41,9 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     """How long a silent worker's executions stay `running` before they are failed."""
     cancel_grace: float = 10.0
     """How long an async handler that ignores its cancel flag runs on before it is stopped."""
+    default_timeout: float = 3600.0
+    """Seconds an execution of a capability that declares no `timeout` may run before it
+    is stopped and failed `timed_out`."""
     failure_details: bool = True
     """Whether a failed execution's error and diagnostics show an unexpected exception's
     type and message (redacted, cut to 500 characters); off: `internal` alone, the

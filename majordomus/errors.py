@@ -14,7 +14,14 @@ from typing import Literal
 import msgspec
 
 ErrorCode = Literal[
-    "invalid_input", "not_found", "refused", "forbidden", "internal", "cancelled", "unavailable"
+    "invalid_input",
+    "not_found",
+    "refused",
+    "forbidden",
+    "internal",
+    "cancelled",
+    "unavailable",
+    "timed_out",
 ]
 
 HTTP_STATUS: dict[str, int] = {
@@ -25,6 +32,7 @@ HTTP_STATUS: dict[str, int] = {
     "internal": 500,
     "cancelled": 409,
     "unavailable": 503,
+    "timed_out": 504,
 }
 
 # Exit codes of the CLI: 0 is success, 1 is an execution that failed; the rest name why a
@@ -37,6 +45,7 @@ EXIT_CODE: dict[str, int] = {
     "refused": 5,
     "forbidden": 6,
     "unavailable": 7,
+    "timed_out": 8,
 }
 
 

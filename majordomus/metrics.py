@@ -187,6 +187,11 @@ class Metrics:
             "How long executions run on this worker, from its claim to its terminal event.",
             DURATION_BUCKETS,
         )
+        self.timed_out = Count(
+            "majordomus_executions_timed_out",
+            "Executions this process's worker stopped at their timeout, by capability.",
+            ("capability",),
+        )
         self.swept = Count(
             "majordomus_executions_swept",
             "Executions this process's sweeper failed because their worker stopped.",
@@ -217,7 +222,8 @@ class Metrics:
         class Counted(Collector):
             def collect(self) -> Iterable[Metric]:
                 for one in (
-                    metrics.started, metrics.finished, metrics.duration, metrics.swept,
+                    metrics.started, metrics.finished, metrics.duration, metrics.timed_out,
+                    metrics.swept,
                     metrics.events, metrics.redis_errors, metrics.redis_reconnects,
                 ):  # fmt: skip
                     yield one.family()

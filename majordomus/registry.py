@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
 from majordomus.client.handles import Declared
@@ -68,6 +69,9 @@ class Capability:
     """Its retry policy (`majordomus.retries`); None: a failed execution is not retried."""
     schedules: tuple[Schedule, ...] = ()
     """Its declared schedules (`majordomus.schedules`), each started on its cron ticks."""
+    timeout: float | None = None
+    """Seconds an execution of it may run before it is asked to stop, then stopped, and
+    failed `timed_out`; None: `MAJORDOMUS_DEFAULT_TIMEOUT` (an hour)."""
     tags: tuple[str, ...] = ()
     exposure: Exposure = field(default_factory=lambda: Exposure(None, None, None, None))
     executable: bool = True
@@ -213,6 +217,7 @@ def capability(
     priority: Priority = "normal",
     retry: Retry | None = None,
     schedules: tuple[Schedule, ...] | list[Schedule] = (),
+    timeout: float | timedelta | None = None,
     tags: tuple[str, ...] = (),
     mcp: str | None = DERIVED,
     http: tuple[str, str] | None = DERIVED,
@@ -229,6 +234,9 @@ def capability(
     def declare(handler: Callable[..., Any]) -> Declared[In, Out]:
         doc = (handler.__doc__ or "").strip()
         tasks = derive_task_support(id, executable, task_support)
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        if seconds is not None and not seconds > 0:
+            raise RegistryError(f"timeout {timeout!r} of {id!r} is not a positive duration")
         cap = Capability(
             id=id,
             kind=kind,
@@ -243,6 +251,7 @@ def capability(
             priority=priority,
             retry=retry,
             schedules=tuple(schedules),
+            timeout=float(seconds) if seconds is not None else None,
             tags=tuple(tags),
             exposure=derive_exposure(id, kind, mcp, http, cli),
             executable=executable,

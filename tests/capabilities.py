@@ -137,3 +137,22 @@ async def liar(ctx: Context, inp: Lie) -> Counted:
 @capability("tests.leaky", input=Credentials, output=Echo, title="Raise with a secret in it")
 async def leaky(ctx: Context, inp: Credentials) -> Echo:
     raise ValueError(f"the token {inp.token} was refused: " + "x" * 1000)
+
+
+@capability("tests.deadline", input=Sleep, output=Slept, title="Sleep past a timeout", timeout=0.3)
+async def deadline(ctx: Context, inp: Sleep) -> Slept:
+    await ctx.sleep(inp.seconds)  # wakes when asked to stop
+    ctx.raise_if_cancelled()
+    return Slept(inp.seconds)
+
+
+@capability("tests.deaf", input=Sleep, output=Slept, title="Ignore a timeout", timeout=0.3)
+async def deaf(ctx: Context, inp: Sleep) -> Slept:
+    await asyncio.sleep(inp.seconds)
+    return Slept(inp.seconds)
+
+
+@capability("tests.deaf_plain", input=Sleep, output=Slept, title="Ignore a timeout, in a thread", timeout=0.3)
+def deaf_plain(ctx: Context, inp: Sleep) -> Slept:
+    time.sleep(inp.seconds)
+    return Slept(inp.seconds)

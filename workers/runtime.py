@@ -67,8 +67,24 @@ EXCEPTION_CODE = "execution.exception"
 """The diagnostic an unexpected exception adds: its type and message (`failure_details`)."""
 EXCEPTION_CHARS = 500
 """The longest an exception's shown text is (its type and message); a longer one is cut."""
+TIMEOUT_CODE = "execution.timed_out"
+"""The diagnostic of an execution stopped at its timeout, saying the bound."""
 OUTPUT_CODE = "execution.output_invalid"
 """The diagnostic of an output that is not its capability's declared type."""
+
+
+class TimedOut(MajordomusError):
+    """An execution that ran past its capability's timeout, and was stopped."""
+
+    def __init__(self, cap: Capability, seconds: float, execution_id: str) -> None:
+        super().__init__(
+            "timed_out",
+            f"{cap.id} ran past its timeout of {seconds:g} s and was stopped",
+            "declare a longer timeout on the capability (@capability(..., timeout=...)), "
+            "or make the handler faster",
+            execution_id,
+        )
+        self.seconds = seconds
 
 
 class OutputInvalid(MajordomusError):
@@ -128,6 +144,9 @@ class Running:
         self.stops = 0
         """How many times `stop_handler` cancelled the handler (not the worker's teardown)."""
         self.force_timer: asyncio.TimerHandle | None = None
+        self.timeout_timer: asyncio.TimerHandle | None = None
+        self.timed_out: float | None = None
+        """The timeout it ran past (seconds), once it did: its end is `timed_out`."""
         self.forgotten = False
         """Redis was found not to know it (said once in the log, by the beat)."""
 
@@ -247,6 +266,21 @@ class WorkerRuntime:
         run.force_timer = asyncio.get_running_loop().call_later(
             self.settings.cancel_grace, self._force_stop, execution_id
         )
+
+    def _time_out(self, execution_id: str, seconds: float) -> None:
+        """Its timeout passed: ask it to stop as a cancel asks, and stop it past the grace
+        (an async handler's task is cancelled; a plain `def`'s thread cannot be, so its
+        execution ends and its slot is freed while the thread runs out in the background)."""
+        run = self.running.get(execution_id)
+        if run is None or run.timed_out is not None or run.ctx.cancelled():
+            return  # gone, or already asked to stop (a cancel, the worker's stop)
+        run.timed_out = seconds
+        log.warning("execution_id=%s ran past its timeout of %gs; stopping it", execution_id, seconds)
+        run.ctx.request_cancel("timeout")
+        if run.force_timer is None:
+            run.force_timer = asyncio.get_running_loop().call_later(
+                self.settings.cancel_grace, self._force_stop, execution_id
+            )
 
     def _force_stop(self, execution_id: str) -> None:
         run = self.running.get(execution_id)
@@ -385,20 +419,28 @@ class WorkerRuntime:
         )
         run = Running(ctx, cap.id, slot)
         self.running[execution_id] = run
+        limit = cap.timeout or self.settings.default_timeout
+        run.timeout_timer = asyncio.get_running_loop().call_later(
+            limit, self._time_out, execution_id, limit
+        )
         try:
             value: Any = msgspec.json.decode(secret or b"{}", type=cap.input)
             # Held at its awaits while its reports wait past their bound (`ctx.held`).
             try:
                 output = await run.handler(ctx.held(call_handler(cap, ctx, value)))
             except ExecutionCancelled as exc:
-                return await self._end_cancelled(ctx, exc, cap, secret)
+                return await self._end_stopped(run, exc, cap, secret)
             except asyncio.CancelledError as exc:
                 me = asyncio.current_task()
                 if me is not None and me.cancelling():
                     raise  # the worker itself is being torn down
-                return await self._end_cancelled(ctx, exc, cap, secret)
+                return await self._end_stopped(run, exc, cap, secret)
             except Exception as exc:
+                if run.timed_out is not None:
+                    return await self._end_timed_out(run, cap, secret)
                 return await self._end_failed(ctx, exc, cap, secret)
+            if run.timed_out is not None:  # past its bound, even though it answered
+                return await self._end_timed_out(run, cap, secret)
             try:
                 payload = checked_output(cap, output, execution_id)
             except OutputInvalid as invalid:
@@ -410,9 +452,31 @@ class WorkerRuntime:
                 METRICS.execution_finished(cap.id, ended, time.monotonic() - ctx.began)
             if run.force_timer is not None:
                 run.force_timer.cancel()
+            if run.timeout_timer is not None:
+                run.timeout_timer.cancel()
             if ctx.forgotten and not run.forgotten:
                 self._forgotten.append(execution_id)  # said by the next beat
             self.running.pop(execution_id, None)
+
+    async def _end_stopped(
+        self, run: Running, exc: BaseException, cap: Capability, secret: bytes | None
+    ) -> str:
+        """A handler that stopped when asked: at its timeout, or at a cancel."""
+        if run.timed_out is not None and not run.ctx.lost:
+            return await self._end_timed_out(run, cap, secret)
+        return await self._end_cancelled(run.ctx, exc, cap, secret)
+
+    async def _end_timed_out(self, run: Running, cap: Capability, secret: bytes | None) -> str:
+        ctx, seconds = run.ctx, run.timed_out or 0.0
+        METRICS.timed_out.add((cap.id,), 1.0)
+        ctx.diagnostic(
+            "error",
+            TIMEOUT_CODE,
+            f"stopped after its timeout of {seconds:g} s",
+            f"asked to stop at {seconds:g} s, stopped at the latest "
+            f"MAJORDOMUS_CANCEL_GRACE ({self.settings.cancel_grace:g} s) later",
+        )
+        return await self._end_failed(ctx, TimedOut(cap, seconds, ctx.execution_id), cap, secret)
 
     async def _end_cancelled(
         self, ctx: ExecutionContext, exc: BaseException, cap: Capability, secret: bytes | None
@@ -468,7 +532,9 @@ class WorkerRuntime:
             loop="retry_start",
         )
         deadline = time.monotonic() + RETRY_START_SECONDS
-        while not (ctx.cancelled() or ctx.lost):
+        # A timeout asks the handler to stop as a cancel does, but is a failure, retried
+        # as its policy says (`timed_out` among its codes).
+        while not ((ctx.cancelled() and ctx.cancelled_by != "timeout") or ctx.lost):
             try:
                 await self._start_next_attempt(ctx, cap, secret)
                 failures.recovered()

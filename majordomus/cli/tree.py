@@ -36,7 +36,7 @@ INTERRUPTED = 130
 EXIT_CODES_HELP = (
     "Exit codes: 0 succeeded; 1 failed (internal, or an error of its own code below); "
     "2 invalid input; 3 cancelled; 4 not found; 5 refused; 6 forbidden; "
-    "7 unavailable (Redis or the API unreachable, or its worker lost); "
+    "7 unavailable (Redis or the API unreachable, or its worker lost); 8 timed out; "
     f"{INTERRUPTED} stopped following on a second Ctrl-C (the execution goes on)."
 )
 

@@ -152,3 +152,9 @@ def test_a_caller_that_leaves_stops_the_wait_but_never_the_execution(
     listed = http.get("/api/v1/executions", params={"capability": "tests.sleepy"}).json()
     newest = listed["executions"][0]
     assert wait_final(http, newest["id"])["state"] == "succeeded"
+
+
+def test_an_execution_stopped_at_its_timeout_answers_504_timed_out(http: httpx.Client) -> None:
+    response = http.post("/api/v1/tests/deadline", json={"seconds": 30})
+    error = assert_envelope(response, 504, "timed_out")
+    assert "timeout of 0.3 s" in error["message"] and error["correlation_id"].startswith("x-")

@@ -24,6 +24,7 @@ CODES = {
     "internal",
     "cancelled",
     "unavailable",
+    "timed_out",
 }
 
 
