@@ -32,6 +32,7 @@ from majordomus.errors import (
     not_found,
     refused,
 )
+from majordomus.handler_threads import in_thread
 from majordomus.ids import PROTOCOL_VERSION, require_execution_id
 from majordomus.metrics import METRICS
 from majordomus.model import (
@@ -739,10 +740,11 @@ _is_async = functools.lru_cache(maxsize=4096)(asyncio.iscoroutinefunction)
 
 
 async def call_handler(cap: Capability, ctx: Context, value: Any) -> Any:
-    """Call a handler with its context: awaited when async, in a thread when plain."""
+    """Call a handler with its context: awaited when async, in a thread when plain (a
+    daemon thread of `majordomus.handler_threads`, which a stopping worker never waits on)."""
     if _is_async(cap.handler):
         return await cap.handler(ctx, value)
-    return await asyncio.to_thread(cap.handler, ctx, value)
+    return await in_thread(cap.handler, ctx, value)
 
 
 def _matches(

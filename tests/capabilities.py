@@ -156,3 +156,9 @@ async def deaf(ctx: Context, inp: Sleep) -> Slept:
 def deaf_plain(ctx: Context, inp: Sleep) -> Slept:
     time.sleep(inp.seconds)
     return Slept(inp.seconds)
+
+
+@capability("tests.nap", input=Sleep, output=Slept, title="Sleep in a thread, deaf to cancels")
+def nap(ctx: Context, inp: Sleep) -> Slept:
+    time.sleep(inp.seconds)
+    return Slept(inp.seconds)
