@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...], contextvars.Context]
+HandlerCall = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...], contextvars.Context]
 
 
 class HandlerThreads:
@@ -33,13 +33,13 @@ class HandlerThreads:
 
     def __init__(self, name: str = "majordomus-handler") -> None:
         self.name = name
-        self._jobs: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[HandlerCall] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0
         self.started = 0
         """Threads started so far (each lives as long as the process)."""
 
-    def submit(self, job: Job) -> None:
+    def submit(self, job: HandlerCall) -> None:
         with self._lock:
             if self._idle:
                 self._idle -= 1
