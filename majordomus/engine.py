@@ -338,6 +338,7 @@ class Engine:
                 schedule=options.schedule,
                 retry_of=options.retry_of,
                 attempts_before=options.attempts_before,
+                timeout_ms=options.timeout_ms,
             )
         draws = ID_DRAWS
         while True:

@@ -29,6 +29,8 @@ class StartOptions:
     """The execution it retries: the two are linked both ways (`retry_of`, `retried_as`)."""
     attempts_before: int = 0
     """Attempts of its chain before it, so its own `attempt` counts on from them."""
+    timeout_ms: int | None = None
+    """A bound shorter than its capability's timeout (a longer one is its capability's)."""
 
 
 NO_OPTIONS = StartOptions()

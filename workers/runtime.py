@@ -406,10 +406,17 @@ class WorkerRuntime:
             )
             return "unknown capability"
         return await self._run_claimed(
-            cap, execution_id, taken.secret, bool(cap.max_concurrency)
+            cap, execution_id, taken.secret, bool(cap.max_concurrency), taken.timeout_ms
         )
 
-    async def _run_claimed(self, cap: Capability, execution_id: str, secret: bytes | None, slot: bool) -> str:
+    async def _run_claimed(
+        self,
+        cap: Capability,
+        execution_id: str,
+        secret: bytes | None,
+        slot: bool,
+        timeout_ms: int | None = None,
+    ) -> str:
         ctx = ExecutionContext(
             self.store,
             execution_id,
@@ -420,6 +427,8 @@ class WorkerRuntime:
         run = Running(ctx, cap.id, slot)
         self.running[execution_id] = run
         limit = cap.timeout or self.settings.default_timeout
+        if timeout_ms:  # its start's own bound, within the capability's
+            limit = min(limit, timeout_ms / 1000)
         run.timeout_timer = asyncio.get_running_loop().call_later(
             limit, self._time_out, execution_id, limit
         )

@@ -70,6 +70,9 @@ class StartInput(msgspec.Struct, forbid_unknown_fields=True):
     """A start with a key used before (within the retention) answers that execution
     instead of creating one, on every surface and replica; with another capability or
     input it is refused, naming that execution."""
+    timeout_ms: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """Stop it, and fail it `timed_out`, after this many milliseconds of running: a bound
+    within its capability's own timeout (a longer one is the capability's)."""
 
     def options(self) -> StartOptions:
         """How the execution is to start, the input's times made one due time: the later
@@ -81,7 +84,10 @@ class StartInput(msgspec.Struct, forbid_unknown_fields=True):
             due.append(int(self.start_at.timestamp() * 1000))
         due_ms = max(due) if due else None
         return StartOptions(
-            start_at_ms=due_ms, priority=self.priority, idempotency_key=self.idempotency_key
+            start_at_ms=due_ms,
+            priority=self.priority,
+            idempotency_key=self.idempotency_key,
+            timeout_ms=self.timeout_ms,
         )
 
 

@@ -73,7 +73,7 @@ def _check_options(request: StartInput) -> None:
         raise invalid_input(
             f"the start of {request.capability} is not one: {exc}",
             "see Client.start's options: delay, start_at (an aware datetime), priority "
-            "(low, normal, high), idempotency_key (1-200 characters)",
+            "(low, normal, high), idempotency_key (1-200 characters), time_limit (above 0)",
         ) from None
 
 
@@ -142,6 +142,7 @@ class Client:
         start_at: datetime | None = ...,
         priority: Priority | None = ...,
         idempotency_key: str | None = ...,
+        time_limit: Delay | None = ...,
         episode: str | None = ...,
     ) -> Execution[Out]: ...
 
@@ -155,6 +156,7 @@ class Client:
         start_at: datetime | None = ...,
         priority: Priority | None = ...,
         idempotency_key: str | None = ...,
+        time_limit: Delay | None = ...,
         episode: str | None = ...,
     ) -> Execution[Any]: ...
 
@@ -167,6 +169,7 @@ class Client:
         start_at: datetime | None = None,
         priority: Priority | None = None,
         idempotency_key: str | None = None,
+        time_limit: Delay | None = None,
         episode: str | None = None,
     ) -> Execution[Any]:
         """Start `capability` (its declaration, or its id) as an execution and answer its
@@ -174,16 +177,24 @@ class Client:
         datetime; given both, the later) makes it wait in the queue holding no worker;
         `priority` (`low`, `normal`, `high`; default the capability's own);
         `idempotency_key`: a start with a key an execution holds answers that execution
-        (the same input) or is `refused` (another one). A typed start (a declaration)
+        (the same input) or is `refused` (another one); `time_limit` (seconds or a timedelta):
+        stop it and fail it `timed_out` sooner than its capability's own timeout. A typed start (a declaration)
         answers an `Execution` whose `result()` is of its declared output type."""
         declared = capability if isinstance(capability, Declared) else None
         cap_id = declared.id if declared is not None else str(capability)
         request = StartInput(capability=cap_id, input=_plain(input), episode=episode)
-        if delay is not None or start_at is not None or priority is not None or idempotency_key:
+        if (
+            delay is not None
+            or start_at is not None
+            or priority is not None
+            or idempotency_key
+            or time_limit is not None
+        ):
             request.start_at = start_at
             request.delay_ms = _delay_ms(delay)
             request.priority = priority
             request.idempotency_key = idempotency_key
+            request.timeout_ms = _delay_ms(time_limit)
             _check_options(request)
         known = declared.capability if declared is not None else None
         snapshot = await self.transport.start(request, known)

@@ -230,6 +230,7 @@ class AsyncStarter(Protocol):
         start_at: datetime | None = None,
         priority: Priority | None = None,
         idempotency_key: str | None = None,
+        time_limit: Delay | None = None,
     ) -> Execution[O2]: ...
 
     async def call(
@@ -249,6 +250,7 @@ class SyncStarter(Protocol):
         start_at: datetime | None = None,
         priority: Priority | None = None,
         idempotency_key: str | None = None,
+        time_limit: Delay | None = None,
     ) -> SyncExecution[O2]: ...
 
     def call(
@@ -295,6 +297,7 @@ class Declared(Generic[In, Out]):
         start_at: datetime | None = ...,
         priority: Priority | None = ...,
         idempotency_key: str | None = ...,
+        time_limit: Delay | None = ...,
     ) -> SyncExecution[Out]: ...
 
     @overload
@@ -307,6 +310,7 @@ class Declared(Generic[In, Out]):
         start_at: datetime | None = ...,
         priority: Priority | None = ...,
         idempotency_key: str | None = ...,
+        time_limit: Delay | None = ...,
     ) -> Awaitable[Execution[Out]]: ...
 
     def start(self, client: Any, input: In, **options: Any) -> Any:

@@ -144,6 +144,7 @@ class SyncClient:
         start_at: datetime | None = ...,
         priority: Priority | None = ...,
         idempotency_key: str | None = ...,
+        time_limit: Delay | None = ...,
         episode: str | None = ...,
     ) -> SyncExecution[Out]: ...
 
@@ -157,6 +158,7 @@ class SyncClient:
         start_at: datetime | None = ...,
         priority: Priority | None = ...,
         idempotency_key: str | None = ...,
+        time_limit: Delay | None = ...,
         episode: str | None = ...,
     ) -> SyncExecution[Any]: ...
 

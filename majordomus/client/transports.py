@@ -198,7 +198,7 @@ class RedisTransport:
         # As the `executions.start` route hands it to the engine (a start with no option
         # as one: its plan is shared).
         plain = request.start_at is None and request.delay_ms is None and not (
-            request.priority or request.idempotency_key
+            request.priority or request.idempotency_key or request.timeout_ms
         )
         try:
             if cap_id not in engine.registry and cap_id not in engine.published:

@@ -72,6 +72,8 @@ class StartPlan:
     schedule: str | None = None
     retry_of: str | None = None
     attempts_before: int = 0
+    timeout_ms: int | None = None
+    """Its own timeout, when its start shortened its capability's."""
 
 
 NOW = StartPlan()
@@ -212,6 +214,8 @@ class ExecutionStore(StoreBase):
             args += ("due_ms", due_ms, "due_at", stamp_of(due_ms))
         if plan.schedule:
             args += ("schedule", plan.schedule)
+        if plan.timeout_ms:
+            args += ("timeout_ms", plan.timeout_ms)
         if plan.retry_of:
             args += ("retry_of", plan.retry_of)
         if plan.idempotency_key:

@@ -55,6 +55,8 @@ class Taken(NamedTuple):
     """Its worker-only input (the input with secrets), None if it had none."""
     sequence: int
     """The sequence of its `execution.started`."""
+    timeout_ms: int | None = None
+    """Its start's own timeout, shorter than its capability's (None: the capability's)."""
 
 
 class Take(NamedTuple):
@@ -183,8 +185,9 @@ class QueueStore(StoreBase):
                 _text(rest[i + 1]),
                 rest[i + 2] or None,
                 int(rest[i + 3]),
+                int(rest[i + 4]) if rest[i + 4] else None,
             )
-            for i in range(0, len(rest), 4)
+            for i in range(0, len(rest), 5)
         ]
         return Take(taken, float(head) if head else None)
 

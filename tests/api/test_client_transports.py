@@ -83,6 +83,15 @@ async def test_options_cancel_and_list_on_either_transport(client: Client) -> No
     assert snap.state == "cancelled"
 
 
+async def test_a_start_may_shorten_its_capabilitys_timeout_on_either_transport(
+    client: Client,
+) -> None:
+    execution = await sleepy.start(client, Sleep(seconds=30), time_limit=0.3)
+    with pytest.raises(MajordomusError) as stopped:
+        await execution.result(timeout=20)
+    assert stopped.value.code == "timed_out" and "timeout of 0.3 s" in stopped.value.message
+
+
 async def test_a_start_sent_again_with_its_key_answers_the_same_execution(
     client: Client,
 ) -> None:

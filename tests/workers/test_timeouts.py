@@ -71,3 +71,21 @@ def test_a_timeout_is_declared_positive_and_its_code_has_a_status_and_an_exit_co
     )(lambda ctx, inp: Slept(0))
     assert declared.capability.timeout == 5400.0
     assert (HTTP_STATUS["timed_out"], EXIT_CODE["timed_out"]) == (504, 8)
+
+
+async def test_a_start_shortens_its_capabilitys_timeout_but_never_lengthens_it(
+    engine: Engine, worker: Any
+) -> None:
+    from majordomus.start_options import StartOptions
+
+    shorter = await engine.start(
+        "tests.sleepy", {"seconds": 30}, options=StartOptions(timeout_ms=300)
+    )
+    done = await engine.wait(shorter.id, 20_000)
+    assert done.state == "failed" and done.error.code == "timed_out"
+    assert "timeout of 0.3 s" in done.error.message
+    longer = await engine.start(
+        "tests.deadline", {"seconds": 30}, options=StartOptions(timeout_ms=60_000)
+    )
+    done = await engine.wait(longer.id, 20_000)
+    assert done.error.code == "timed_out" and "timeout of 0.3 s" in done.error.message

@@ -28,7 +28,8 @@
 --       known by it), the rank of its head start among the levels'
 --       (`majordomus.priorities.tie_rank`); then the options a start has, as (name, value)
 --       pairs: episode, conc_limit (max_concurrency), due_ms and due_at (due later),
---       schedule, retry_of, retried ('1': the retried attempt's snapshot is a key, told
+--       schedule, timeout_ms (a bound shorter than its capability's timeout, for the take
+--       to hand its worker), retry_of, retried ('1': the retried attempt's snapshot is a key, told
 --       `retried_as`), idempotency (the key's text) and fingerprint, part and parts (the
 --       partition's index and the partitions, when there are several). A plain start has
 --       none: every argument costs Redis about as much as a small command, as it is read,
@@ -143,6 +144,7 @@ if opt.episode then field('episode', opt.episode) end
 if opt.conc_limit then field('conc_limit', opt.conc_limit) end
 if not ready then field('due_ms', opt.due_ms); field('due_at', opt.due_at) end
 if opt.schedule then field('schedule', opt.schedule) end
+if opt.timeout_ms then field('timeout_ms', opt.timeout_ms) end
 if opt.retry_of then field('retry_of', opt.retry_of) end
 if idem_key then field('idempotency_key', opt.idempotency) end
 redis.call('HSET', snap, unpack(created))

@@ -81,12 +81,14 @@ if before and string.sub(before, 1, #token + 1) == token .. ' ' then
   local out = {next_due()}
   for id in string.gmatch(string.sub(before, #token + 2), '%S+') do
     local snap = BASE .. 'x:' .. id
-    local cur = redis.call('HMGET', snap, 'state', 'capability', 'worker', 'last_seq')
+    local cur = redis.call('HMGET', snap, 'state', 'capability', 'worker', 'last_seq',
+      'timeout_ms')
     if (cur[1] == 'running' or cur[1] == 'cancelling') and cur[3] == worker then
       out[#out + 1] = id
       out[#out + 1] = cur[2]
       out[#out + 1] = redis.call('GET', snap .. ':input')
       out[#out + 1] = tonumber(cur[4])
+      out[#out + 1] = cur[5]  -- its start's own timeout (ms), or false
     end
   end
   return out
@@ -142,7 +144,7 @@ local tied = false
 for j = 1, #cid do
   csnap[j] = BASE .. 'x:' .. cid[j]
   ccur[j] = redis.call('HMGET', csnap[j], 'state', 'capability', 'conc_limit', 'order',
-    'last_seq', 'attempt')
+    'last_seq', 'attempt', 'timeout_ms')
   if j > 1 and cscore[j] == cscore[j - 1] then tied = true end
 end
 -- The queue gives them by score, and entries of one score by id: only a tie is put in
@@ -161,7 +163,8 @@ end
 -- Each candidate looked at leaves the queue; each one started is claimed. The index and
 -- set updates of the whole batch are one command each (a batch is one atomic step).
 -- (made with room for four starts: a table grown one item at a time is copied as it grows)
-local out = {false, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil}
+local out = {false, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil,
+  nil, nil, nil, nil}
 local ids, inputs, looked = {}, {}, 0
 for j = 1, #cid do
   if #ids >= count then break end
@@ -198,6 +201,7 @@ for j = 1, #cid do
     out[#out + 1] = cur[2]
     out[#out + 1] = false  -- its worker-only input, read below
     out[#out + 1] = seq
+    out[#out + 1] = cur[7]  -- its start's own timeout (ms), or false
   end
 end
 if looked > 0 then redis.call('ZREM', QUEUE, unpack(cid, 1, looked)) end
@@ -208,7 +212,7 @@ if #ids > 0 then
   redis.call('ZADD', RUNNING, unpack(scored))
   redis.call('SADD', mine, unpack(ids))
   local got = redis.call('MGET', unpack(inputs))
-  for j = 1, #ids do out[4 * j] = got[j] end
+  for j = 1, #ids do out[5 * j - 1] = got[j] end
   redis.call('SET', last, token .. ' ' .. table.concat(ids, ' '), 'PX', TAKE_TTL)
 end
 out[1] = next_due()
