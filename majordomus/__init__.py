@@ -15,8 +15,9 @@ context and the Redis client behind it.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from majordomus.exports import lazy_exports
 
 if TYPE_CHECKING:
     from majordomus.client import (
@@ -52,13 +53,7 @@ _HOME = {
 """Where each public name is defined."""
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'majordomus' has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _HOME)
 
 
 __all__ = [

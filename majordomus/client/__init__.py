@@ -13,8 +13,9 @@ neither a client nor its transports.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from majordomus.exports import lazy_exports
 
 if TYPE_CHECKING:
     from majordomus.client.client import Client
@@ -31,13 +32,7 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'majordomus.client' has no attribute {name!r}")
-    value = getattr(import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _HOME)
 
 
 __all__ = ["Client", "Declared", "Execution", "Pending", "SyncClient", "SyncExecution"]

@@ -27,7 +27,9 @@ Importing this package loads nothing else: `Environment` is imported when first 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from majordomus.exports import lazy_exports
 
 if TYPE_CHECKING:
     from majordomus.testing.clock import VirtualClock
@@ -41,15 +43,7 @@ _HOME = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'majordomus.testing' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(home), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(globals(), _HOME)
 
 
 __all__ = ["Environment", "InProcessWorker", "VirtualClock"]
