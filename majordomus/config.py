@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
@@ -48,6 +48,12 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     """Whether a failed execution's error and diagnostics show an unexpected exception's
     type and message (redacted, cut to 500 characters); off: `internal` alone, the
     exception in the worker's log only."""
+    child_start: Literal["forkserver", "spawn"] = "forkserver"
+    """How a worker starts the child processes of capabilities that run in one (`runs_in="process"`): `forkserver` (where the platform has it, else `spawn`) or `spawn`."""
+    child_max_executions: Annotated[int, msgspec.Meta(ge=0)] = 1000
+    """Executions one child process runs before it is replaced by a fresh one; 0: never."""
+    child_max_memory_mb: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Resident memory (MiB) past which a child process is replaced once its execution ends; 0: never."""
     shutdown_grace: float = 10.0
     """How long a worker told to stop lets running executions finish before cancelling them."""
     retain_seconds: int = 7 * 24 * 3600

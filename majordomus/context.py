@@ -597,6 +597,10 @@ class ExecutionContext(Context):
     def cancelled(self) -> bool:
         return self._cancel_flag
 
+    async def wait_cancelled(self) -> None:
+        """Until it is asked to stop (a cancel, its timeout, the worker's stop)."""
+        await self._cancel.wait()
+
     async def sleep(self, seconds: float) -> None:
         if seconds <= 0:
             await asyncio.sleep(0)

@@ -10,6 +10,7 @@ path) are refused when the declaration is made, i.e. at start-up.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -24,6 +25,10 @@ from majordomus.schemas import schema_of
 
 Kind = Literal["query", "command"]
 Stability = Literal["experimental", "stable", "deprecated"]
+RunsIn = Literal["loop", "thread", "process"]
+"""Where a handler runs on its worker: `loop` (an `async def` one, in the worker's event
+loop), `thread` (a plain `def` one, in a daemon thread of the worker) or `process` (either,
+in a child process of the worker, from a pool kept warm: `majordomus.children`)."""
 TaskSupport = Literal["required", "optional", "forbidden"]
 """Whether its MCP tool may answer a call as a task (the `io.modelcontextprotocol/tasks`
 extension): `optional`, when the caller declared the extension; `required`, only so (a
@@ -72,6 +77,9 @@ class Capability:
     timeout: float | None = None
     """Seconds an execution of it may run before it is asked to stop, then stopped, and
     failed `timed_out`; None: `MAJORDOMUS_DEFAULT_TIMEOUT` (an hour)."""
+    runs_in: RunsIn = "loop"
+    """Where its handler runs (`RunsIn`); derived when not declared: `loop` for an async
+    handler, `thread` for a plain `def` one."""
     tags: tuple[str, ...] = ()
     exposure: Exposure = field(default_factory=lambda: Exposure(None, None, None, None))
     executable: bool = True
@@ -109,6 +117,37 @@ def derive_exposure(
         cli = (module, name)
     method, path = (None, None) if http is None else (http[0].upper(), http[1])
     return Exposure(mcp, method, path, tuple(cli) if cli is not None else None)
+
+
+def derive_runs_in(cap_id: str, handler: Callable[..., Any], executable: bool, declared: Any) -> RunsIn:
+    """Where a handler runs: as declared, else in the loop when async and in a thread when
+    plain. A process needs a handler its module names (a child imports it), and an
+    execution (a capability that answers directly runs in its caller)."""
+    is_async = inspect.iscoroutinefunction(handler)
+    if declared is None:
+        return "loop" if is_async else "thread"
+    if declared not in ("loop", "thread", "process"):
+        raise RegistryError(f"runs_in {declared!r} of {cap_id!r} is not loop, thread or process")
+    if declared == "loop" and not is_async:
+        raise RegistryError(
+            f"{cap_id!r} has a plain def handler, which would block the loop: runs_in must be "
+            "'thread' or 'process' (or make it async def)"
+        )
+    if declared == "thread" and is_async:
+        raise RegistryError(f"{cap_id!r} has an async handler: runs_in must be 'loop' or 'process'")
+    if declared == "process":
+        if not executable:
+            raise RegistryError(
+                f"{cap_id!r} answers directly (executable=False), so it runs in its caller: "
+                "runs_in='process' needs an execution"
+            )
+        if "<locals>" in handler.__qualname__ or handler.__module__ == "__main__":
+            raise RegistryError(
+                f"{cap_id!r} runs in a child process, which imports its handler by name: "
+                f"declare it at the top level of an importable module (not in "
+                f"{handler.__module__}.{handler.__qualname__})"
+            )
+    return declared  # type: ignore[no-any-return]
 
 
 def derive_task_support(cap_id: str, executable: bool, declared: TaskSupport | None) -> TaskSupport:
@@ -218,6 +257,7 @@ def capability(
     retry: Retry | None = None,
     schedules: tuple[Schedule, ...] | list[Schedule] = (),
     timeout: float | timedelta | None = None,
+    runs_in: RunsIn | None = None,
     tags: tuple[str, ...] = (),
     mcp: str | None = DERIVED,
     http: tuple[str, str] | None = DERIVED,
@@ -252,6 +292,7 @@ def capability(
             retry=retry,
             schedules=tuple(schedules),
             timeout=float(seconds) if seconds is not None else None,
+            runs_in=derive_runs_in(id, handler, executable, runs_in),
             tags=tuple(tags),
             exposure=derive_exposure(id, kind, mcp, http, cli),
             executable=executable,

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from majordomus.children.pool import ChildDied, Children
 from majordomus.config import Settings
 from majordomus.context import ExecutionCancelled, ExecutionContext, error_of
 from majordomus.engine import Engine, call_handler, output_decoder
@@ -71,6 +72,8 @@ TIMEOUT_CODE = "execution.timed_out"
 """The diagnostic of an execution stopped at its timeout, saying the bound."""
 OUTPUT_CODE = "execution.output_invalid"
 """The diagnostic of an output that is not its capability's declared type."""
+CHILD_DIED_CODE = "execution.child_died"
+"""The diagnostic of an execution whose child process died under it, saying how."""
 
 
 class TimedOut(MajordomusError):
@@ -117,7 +120,8 @@ def exception_text(exc: BaseException, ctx: ExecutionContext) -> str:
     """An unexpected exception as a person reads it (`ValueError: ...`), its secrets masked
     as the execution's reports are, cut to `EXCEPTION_CHARS`."""
     message = str(exc).strip()
-    text = ctx.masked(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+    name = getattr(exc, "type_name", None) or type(exc).__name__  # a child's, by its name
+    text = ctx.masked(f"{name}: {message}" if message else name)
     return text if len(text) <= EXCEPTION_CHARS else text[: EXCEPTION_CHARS - 1] + "…"
 
 
@@ -194,6 +198,8 @@ class WorkerRuntime:
         self.declarations_published = False
         self.beat_ok_at: float | None = None
         """When the lease was last renewed (`time.monotonic()`), None before the first beat."""
+        self.children = Children(settings)
+        """The child processes of the capabilities that run in one (`majordomus.children`)."""
 
     # -- life -----------------------------------------------------------------------
 
@@ -204,6 +210,7 @@ class WorkerRuntime:
             await self.beat()
         except Exception as exc:  # noqa: BLE001  the beat loop announces it when Redis answers
             log.warning("the first beat failed (%s); it is retried with the next ones", exc)
+        self.children.warm([cap for cap in self.registry if cap.runs_in == "process"])
         subscribed = asyncio.Event()
         self._tasks = [
             asyncio.create_task(self._listen(subscribed), name="majordomus-signals"),
@@ -218,6 +225,7 @@ class WorkerRuntime:
     async def stop(self) -> None:
         for task in self._tasks:
             await stop_task(task, log)
+        await self.children.close()
         with contextlib.suppress(Exception):
             await self.store.remove_worker(self.worker_id)
 
@@ -434,9 +442,12 @@ class WorkerRuntime:
         )
         try:
             value: Any = msgspec.json.decode(secret or b"{}", type=cap.input)
-            # Held at its awaits while its reports wait past their bound (`ctx.held`).
+            if cap.runs_in == "process":  # held in its child, as it reports
+                running = self.children.pool(cap).run(ctx, secret or b"{}")
+            else:  # held at its awaits while its reports wait past their bound (`ctx.held`)
+                running = ctx.held(call_handler(cap, ctx, value))
             try:
-                output = await run.handler(ctx.held(call_handler(cap, ctx, value)))
+                output = await run.handler(running)
             except ExecutionCancelled as exc:
                 return await self._end_stopped(run, exc, cap, secret)
             except asyncio.CancelledError as exc:
@@ -505,6 +516,15 @@ class WorkerRuntime:
         if isinstance(exc, OutputInvalid):
             log.error("execution_id=%s: %s", execution_id, exc.message)
             ctx.diagnostic("error", OUTPUT_CODE, exc.message, suggestion=exc.suggestion)
+        elif isinstance(exc, ChildDied):
+            log.error("execution_id=%s: %s", execution_id, exc.message)
+            ctx.diagnostic(
+                "error",
+                CHILD_DIED_CODE,
+                f"its child process died: {exc.how}",
+                "the worker and its other executions go on; the pool starts another child",
+                exc.suggestion,
+            )
         elif error.code == "internal" and not isinstance(exc, MajordomusError):
             log.error("execution_id=%s failed", execution_id, exc_info=exc)
             if self.settings.failure_details:
