@@ -267,6 +267,7 @@ async def start_next_attempt(
     worker_input: bytes | None,
     *,
     floor_ms: int = 0,
+    timeout_ms: int | None = None,
 ) -> NextAttempt:
     """Start the attempt after `snap` (a failed attempt of `cap`, not yet ended: its
     terminal event follows this), due after the policy's delay (at least `floor_ms`).
@@ -276,7 +277,8 @@ async def start_next_attempt(
     links both ways in the step that creates it, and its idempotency key
     (`retry:<failed id>`) makes any repeat of this call, by this process or another,
     answer that one execution: a chain never forks. One found already linked
-    (`retried_as`) is answered as it is.
+    (`retried_as`) is answered as it is. `timeout_ms` is the start's own bound on its
+    running time, when it gave one (the worker knows it): every attempt keeps it.
     """
     policy = cap.retry
     assert policy is not None, f"{cap.id} declares no retry policy"
@@ -297,6 +299,7 @@ async def start_next_attempt(
             idempotency_key=RETRY_KEY_PREFIX + snap.id,
             retry_of=snap.id,
             attempts_before=number - 1,
+            timeout_ms=timeout_ms,
         ),
     )
     due_at = started.due_at if isinstance(started.due_at, str) else stamp_of(due_ms)

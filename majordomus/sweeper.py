@@ -373,7 +373,12 @@ class Sweeper:
         try:
             worker_input = await self.store.worker_input(execution_id)
             following = await start_next_attempt(
-                engine, cap, snap, worker_input, floor_ms=LOST_RETRY_FLOOR_MS
+                engine,
+                cap,
+                snap,
+                worker_input,
+                floor_ms=LOST_RETRY_FLOOR_MS,
+                timeout_ms=await self.store.start_timeout_ms(execution_id),
             )
             # As the worker does: a cancel that landed meanwhile (it read no link yet)
             # is seen here, and the retry is cancelled with the chain.

@@ -14,6 +14,7 @@ import msgspec
 from majordomus import Secret
 from majordomus.errors import MajordomusError
 from majordomus.registry import Registry, capability
+from majordomus.retries import Retry
 
 PROCESS = Registry()
 
@@ -85,6 +86,21 @@ def polite_plain(ctx, inp: Nap) -> Pid:
     while time.monotonic() < ends:
         ctx.raise_if_cancelled()
         time.sleep(0.01)
+    return Pid(os.getpid())
+
+
+@capability(
+    "proc.retried",
+    input=Nap,
+    output=Pid,
+    runs_in="process",
+    registry=PROCESS,
+    retry=Retry(attempts=2, backoff_ms=0, jitter=0, retry_codes=("timed_out",)),
+)
+async def retried(ctx, inp: Nap) -> Pid:
+    """Sleeps, stops when asked; a timeout is retried once."""
+    await ctx.sleep(inp.seconds)
+    ctx.raise_if_cancelled()
     return Pid(os.getpid())
 
 

@@ -149,6 +149,8 @@ class Running:
         """How many times `stop_handler` cancelled the handler (not the worker's teardown)."""
         self.force_timer: asyncio.TimerHandle | None = None
         self.timeout_timer: asyncio.TimerHandle | None = None
+        self.start_timeout_ms: int | None = None
+        """Its start's own bound on its running time, if it gave one (its retries keep it)."""
         self.timed_out: float | None = None
         """The timeout it ran past (seconds), once it did: its end is `timed_out`."""
         self.forgotten = False
@@ -433,6 +435,7 @@ class WorkerRuntime:
             secrets=secret_values(cap.input, secret),
         )
         run = Running(ctx, cap.id, slot)
+        run.start_timeout_ms = timeout_ms
         self.running[execution_id] = run
         limit = cap.timeout or self.settings.default_timeout
         if timeout_ms:  # its start's own bound, within the capability's
@@ -591,7 +594,10 @@ class WorkerRuntime:
         if not attempts_left(snap, cap.retry):
             _report(ctx, exhausted(snap, cap.retry))
             return
-        following = await start_next_attempt(self.engine, cap, snap, secret)
+        run = self.running.get(execution_id)
+        following = await start_next_attempt(
+            self.engine, cap, snap, secret, timeout_ms=run.start_timeout_ms if run else None
+        )
         # A cancel asks for cancelling, then looks for `retried_as`; this wrote `retried_as`
         # and looks for cancelling: at least one of the two sees the other and cancels the
         # next attempt, so a cancel racing the failure still ends the chain.

@@ -312,6 +312,11 @@ class ExecutionStore(StoreBase):
         raw: bytes | None = await self.redis.get(self.keys.secret_input(execution_id))
         return raw
 
+    async def start_timeout_ms(self, execution_id: str) -> int | None:
+        """The bound its start put on its running time (`timeout_ms`), if it gave one."""
+        raw = await self.redis.hget(self.keys.snapshot(execution_id), "timeout_ms")
+        return int(raw) if raw else None
+
     async def snapshots(self, execution_ids: Sequence[str]) -> list[dict[bytes, bytes]]:
         async with self.redis.pipeline(transaction=False) as pipe:
             for execution_id in execution_ids:

@@ -192,6 +192,21 @@ async def test_a_child_past_its_timeout_is_stopped_and_its_execution_timed_out(
     assert pool.started >= 1 and not pool.busy
 
 
+async def test_a_starts_own_timeout_holds_for_every_attempt_of_its_chain(
+    proc_engine: Engine, proc_worker: Any
+) -> None:
+    from majordomus.start_options import StartOptions
+
+    first = await proc_engine.start(
+        "proc.retried", {"seconds": 30}, options=StartOptions(timeout_ms=300)
+    )
+    done = await proc_engine.wait(first.id, 20_000)
+    assert done.error.code == "timed_out" and isinstance(done.retried_as, str)
+    second = await proc_engine.wait(done.retried_as, 20_000)
+    assert second.attempt == 2 and second.state == "failed"
+    assert second.error.code == "timed_out" and "timeout of 0.3 s" in second.error.message
+
+
 async def test_children_are_recycled_after_a_count_of_executions(
     redis: Any, redis_url: str
 ) -> None:
@@ -286,12 +301,12 @@ def test_runs_in_is_checked_when_declared() -> None:
     assert plain.capability.runs_in == "thread"
 
 
-async def test_a_worker_told_to_stop_kills_its_stuck_children_within_its_graces(
-    proc_engine: Engine, redis: Any, worker_process: Any
-) -> None:
+async def stuck_in_children(engine: Engine, redis: Any, worker_process: Any) -> tuple[Any, list[str], list[int]]:
+    """A worker process running two `procs.stuck` in their children: it, their ids, the
+    children's pids."""
     child = worker_process(MAJORDOMUS_CAPABILITIES="tests.capabilities,tests.process_worker_capabilities")
     await wait_for_workers(redis, 1)
-    engine = proc_engine
+
     async def published() -> bool:  # as its worker published it (not imported here)
         try:
             return bool(await engine.known("procs.stuck"))
@@ -310,6 +325,14 @@ async def test_a_worker_told_to_stop_kills_its_stuck_children_within_its_graces(
 
     pids = await until(both_logged, timeout=30)
     assert all(alive(p) for p in pids)
+    return child, ids, pids
+
+
+async def test_a_worker_told_to_stop_kills_its_stuck_children_within_its_graces(
+    proc_engine: Engine, redis: Any, worker_process: Any
+) -> None:
+    child, ids, pids = await stuck_in_children(proc_engine, redis, worker_process)
+    engine = proc_engine
     told = time.monotonic()
     child.kill(signal.SIGTERM)
     code = await asyncio.to_thread(child.wait, 20)
@@ -331,3 +354,16 @@ async def test_children_started_with_spawn_run_as_forkserver_ones_do(
         pool = worker.runtime.children.pools["proc.shout"]
     assert done.state == "succeeded" and done.output["text"] == "SPAWNED!"
     assert pool.mp.get_start_method() == "spawn"
+
+
+async def test_a_worker_killed_outright_leaves_no_child_behind(
+    proc_engine: Engine, redis: Any, worker_process: Any
+) -> None:
+    child, _, pids = await stuck_in_children(proc_engine, redis, worker_process)
+    child.kill(signal.SIGKILL)
+    await asyncio.to_thread(child.wait, 20)
+
+    async def orphans_gone() -> bool:  # each sees its pipe close, and exits
+        return not any(alive(p) for p in pids)
+
+    assert await until(orphans_gone, timeout=10)
