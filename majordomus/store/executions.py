@@ -314,7 +314,7 @@ class ExecutionStore(StoreBase):
 
     async def start_timeout_ms(self, execution_id: str) -> int | None:
         """The bound its start put on its running time (`timeout_ms`), if it gave one."""
-        raw = await self.redis.hget(self.keys.snapshot(execution_id), "timeout_ms")
+        raw = await self.redis.hget(self.keys.snapshot(execution_id), "timeout_ms")  # type: ignore[misc]
         return int(raw) if raw else None
 
     async def snapshots(self, execution_ids: Sequence[str]) -> list[dict[bytes, bytes]]:
