@@ -192,6 +192,17 @@ class Metrics:
             "Executions this process's worker stopped at their timeout, by capability.",
             ("capability",),
         )
+        self.children_started = Count(
+            "majordomus_child_processes_started",
+            "Child processes this worker started for a capability that runs in one.",
+            ("capability",),
+        )
+        self.children_ended = Count(
+            "majordomus_child_processes_ended",
+            "Child processes of this worker that ended, by how: recycled, killed (stopped "
+            "past its grace), died (on its own), stopped (with the worker).",
+            ("capability", "how"),
+        )
         self.swept = Count(
             "majordomus_executions_swept",
             "Executions this process's sweeper failed because their worker stopped.",
@@ -223,7 +234,7 @@ class Metrics:
             def collect(self) -> Iterable[Metric]:
                 for one in (
                     metrics.started, metrics.finished, metrics.duration, metrics.timed_out,
-                    metrics.swept,
+                    metrics.children_started, metrics.children_ended, metrics.swept,
                     metrics.events, metrics.redis_errors, metrics.redis_reconnects,
                 ):  # fmt: skip
                     yield one.family()

@@ -35,6 +35,7 @@ import msgspec
 from majordomus.config import Settings
 from majordomus.context import ExecutionCancelled
 from majordomus.errors import MajordomusError
+from majordomus.metrics import METRICS
 
 from . import child as child_side
 from . import wire
@@ -275,6 +276,7 @@ class ChildPool:
         await asyncio.to_thread(process.start)
         child_end.close()  # the child's now: its death closes the pipe for the reader
         self.started += 1
+        METRICS.children_started.add((self.cap.id,), 1.0)
         child = Child(self, process, parent_end)
         try:
             async with asyncio.timeout(READY_SECONDS):
@@ -346,7 +348,12 @@ class ChildPool:
     def _gone(self, child: Child) -> None:
         with contextlib.suppress(ValueError):
             self.idle.remove(child)
-        if not (child.killed or child.retired or self._closed):
+        how = (
+            "killed" if child.killed else "recycled" if child.retired
+            else "stopped" if self._closed else "died"
+        )  # fmt: skip
+        METRICS.children_ended.add((self.cap.id, how), 1.0)
+        if how == "died":
             log.warning(
                 "capability %s: its child %s ended: %s",
                 self.cap.id, child.pid, how_it_ended(child.exitcode),

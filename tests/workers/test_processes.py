@@ -19,6 +19,7 @@ import pytest
 from majordomus.context import ExecutionContext
 from majordomus.engine import Engine
 from majordomus.errors import MajordomusError
+from majordomus.metrics import METRICS
 from majordomus.registry import Registry, RegistryError, capability
 from tests.conftest import make_settings, running_worker, until, wait_for_workers
 from tests.process_capabilities import Count, How, Pid, registry
@@ -26,6 +27,10 @@ from tests.process_capabilities import Count, How, Pid, registry
 PROCESS = registry()
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]  # its workers start child processes
+
+
+def ended_count(cap_id: str, how: str) -> float:
+    return METRICS.children_ended.values.get((cap_id, how), 0.0)
 
 
 def alive(pid: int) -> bool:
@@ -126,6 +131,7 @@ async def test_a_child_that_dies_fails_only_its_execution_saying_how(
     proc_engine: Engine, proc_worker: Any, how: str, said: str
 ) -> None:
     beside = await proc_engine.start("proc.polite", {"seconds": 1.0})
+    died = ended_count("proc.die", "died")
     done = await run(proc_engine, "proc.die", {"how": how})
     assert done.state == "failed" and done.error.code == "unavailable"
     assert done.error.message.endswith(f"died: {said}")
@@ -136,6 +142,7 @@ async def test_a_child_that_dies_fails_only_its_execution_saying_how(
     logs = [e.data.message for e in await events_of(proc_engine, done.id) if e.type == "execution.log"]
     assert logs == ["about to die"]
     assert (await proc_engine.wait(beside.id, 20_000)).state == "succeeded"
+    assert ended_count("proc.die", "died") == died + 1
     again = await run(proc_engine, "proc.die", {"how": "nothing"})  # a fresh child
     assert again.error.message.endswith("died: exited with status 3")
 
@@ -175,11 +182,13 @@ async def test_a_child_deaf_to_its_cancel_is_killed_past_the_grace(
 
     await until(in_its_child)
     (child,) = pool.busy
+    killed = ended_count(cap_id, "killed")
     await proc_engine.cancel(snap.id)
     done = await proc_engine.wait(snap.id, 20_000)  # the grace is 1 s here
     assert done.state == "cancelled"
     assert await until(lambda: asyncio.to_thread(lambda: not alive(child.pid)), timeout=10)
     assert not proc_worker.runtime.running
+    assert await until(lambda: asyncio.sleep(0, ended_count(cap_id, "killed") == killed + 1))
 
 
 async def test_a_child_past_its_timeout_is_stopped_and_its_execution_timed_out(
@@ -217,6 +226,7 @@ async def test_children_are_recycled_after_a_count_of_executions(
         pool = worker.runtime.children.pools["proc.pid"]
     assert [pids.index(p) for p in pids] == [0, 0, 0, 3, 3, 3, 6], pids
     assert pool.recycled == 2
+    assert METRICS.children_started.values[("proc.pid",)] >= 3
 
 
 async def test_children_are_recycled_past_their_memory(redis: Any, redis_url: str) -> None:
