@@ -446,11 +446,17 @@ class ExecutionContext(Context):
         """What an append's answer means for the buffer: written events leave it; a refusal
         ends the writing (the execution is gone or final) or skips one stale state move."""
         with self._lock:
+            # Its reports are the buffer's head only while nothing was dropped since it was
+            # made: the beat may have learned meanwhile that the execution is final (this
+            # very batch's terminal event, applied, its answer not yet read) and emptied it.
+            current = batch.drops == self._drops
             applied = result.applied
             if batch.announces and applied > 0:
-                self._unannounced -= batch.announces
+                if current:
+                    self._unannounced -= batch.announces
                 applied -= 1
-            self._pop(min(applied, batch.reports))
+            if current:
+                self._pop(min(applied, batch.reports))
             if result.complete:
                 if batch.terminal:
                     self._result = result
@@ -464,7 +470,7 @@ class ExecutionContext(Context):
                     self._result = result
             elif batch.terminal and result.applied - (1 if batch.announces else 0) >= batch.reports:
                 self._terminal_refused(result)
-            else:
+            elif current:
                 # A state move that no longer applies (the user cancelled too): skip it.
                 self._pop(1)
             self._wake()
