@@ -273,7 +273,13 @@ class ChildPool:
             daemon=True,
         )
         # Starting one writes to the fork server (or execs an interpreter): off the loop.
-        await asyncio.to_thread(process.start)
+        try:
+            await asyncio.to_thread(process.start)
+        except OSError as exc:  # out of processes, memory or file descriptors
+            parent_end.close()
+            child_end.close()
+            log.error("capability %s: a child process could not be started: %s", self.cap.id, exc)
+            raise ChildUnavailable(self.cap.id, f"a child could not be started: {exc}", execution_id) from None
         child_end.close()  # the child's now: its death closes the pipe for the reader
         self.started += 1
         METRICS.children_started.add((self.cap.id,), 1.0)
@@ -286,6 +292,9 @@ class ChildPool:
             raise ChildUnavailable(
                 self.cap.id, f"its child was not ready in {READY_SECONDS:g} s", execution_id
             ) from None
+        except BaseException:  # stopped while it starts: it goes, it is nobody's
+            child.kill()
+            raise
         if isinstance(ready, wire.Ready):
             return child
         child.kill()
