@@ -212,13 +212,18 @@ class WorkerRuntime:
             await self.beat()
         except Exception as exc:  # noqa: BLE001  the beat loop announces it when Redis answers
             log.warning("the first beat failed (%s); it is retried with the next ones", exc)
-        self.children.warm([cap for cap in self.registry if cap.runs_in == "process"])
+        in_children = [cap for cap in self.registry if cap.runs_in == "process"]
+        self.children.warm(in_children)
         subscribed = asyncio.Event()
         self._tasks = [
             asyncio.create_task(self._listen(subscribed), name="majordomus-signals"),
             asyncio.create_task(self._beat_forever(), name="majordomus-lease"),
             asyncio.create_task(self._sweep_forever(), name="majordomus-sweeper"),
         ]
+        if in_children:
+            self._tasks.append(
+                asyncio.create_task(self.children.trim_forever(), name="majordomus-children")
+            )
         if not await within(SUBSCRIBE_WAIT_SECONDS, subscribed.wait()):
             log.warning(
                 "not subscribed to signals after %.0fs; polling until it is", SUBSCRIBE_WAIT_SECONDS

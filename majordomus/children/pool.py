@@ -15,7 +15,8 @@ event loop, where its reports are applied to the execution's context.
   another.
 - A child is retired (told to exit, killed if it does not) after
   `MAJORDOMUS_CHILD_MAX_EXECUTIONS` executions or once its resident memory passes
-  `MAJORDOMUS_CHILD_MAX_MEMORY_MB`, and replaced.
+  `MAJORDOMUS_CHILD_MAX_MEMORY_MB`, and replaced; one idle for `IDLE_SECONDS` is retired
+  too, unless it is its capability's last.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import multiprocessing
 import pickle
 import signal
 import threading
+import time
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +50,11 @@ log = logging.getLogger("majordomus.worker")
 
 READY_SECONDS = 60.0
 """How long a new child may take to import its handler's module before it is given up."""
+IDLE_SECONDS = 300.0
+"""How long a child beyond a capability's one warm child may stay idle before it is retired:
+a burst grows a pool to as many children as ran at once, and a quiet hour shrinks it back."""
+TRIM_EVERY_SECONDS = 30.0
+"""How often a worker looks for children idle past `IDLE_SECONDS`."""
 RETIRE_SECONDS = 5.0
 """How long a retired or stopping idle child has to exit before it is killed."""
 
@@ -138,6 +145,8 @@ class Child:
         self.killed = False
         """Whether the worker killed it (a stop past its grace), not something else."""
         self.retired = False
+        self.idle_since = 0.0
+        """When it last went idle (`time.monotonic()`)."""
         self.exitcode: int | None = None
         """How it ended, once its reader saw its pipe close and reaped it."""
         self._holding: asyncio.Task[None] | None = None
@@ -339,18 +348,26 @@ class ChildPool:
         if (
             self.settings.child_max_executions and child.runs >= self.settings.child_max_executions
         ) or (limit_mb and child.rss > limit_mb * 1024 * 1024):
-            self._retire(child)
+            self.recycled += 1
+            self._retire(child, f"after {child.runs} executions ({child.rss / 2**20:.0f} MiB resident)")
             self.warm()
             return
+        child.idle_since = time.monotonic()
         self.idle.append(child)
 
-    def _retire(self, child: Child) -> None:
-        self.recycled += 1
+    def trim(self) -> None:
+        """Retire the children idle for longer than `IDLE_SECONDS`, but the warm one."""
+        if len(self.idle) <= 1:
+            return
+        cutoff = time.monotonic() - IDLE_SECONDS
+        newest = max(self.idle, key=lambda c: c.idle_since)
+        for child in [c for c in self.idle if c is not newest and c.idle_since < cutoff]:
+            self.idle.remove(child)
+            self._retire(child, f"idle for {IDLE_SECONDS:g} s")
+
+    def _retire(self, child: Child, why: str) -> None:
         child.retired = True
-        log.info(
-            "capability %s: recycling its child %s after %d executions (%.0f MiB resident)",
-            self.cap.id, child.pid, child.runs, child.rss / 1024 / 1024,
-        )
+        log.info("capability %s: retiring its child %s %s", self.cap.id, child.pid, why)
         child.send(wire.Stop())
         asyncio.get_running_loop().create_task(_reap(child))
 
@@ -453,6 +470,13 @@ class Children:
                 )
         for cap in caps:
             self.pool(cap).warm()
+
+    async def trim_forever(self) -> None:
+        """Shrink the pools a burst grew, while the worker runs (`ChildPool.trim`)."""
+        while True:
+            await asyncio.sleep(TRIM_EVERY_SECONDS)
+            for pool in list(self.pools.values()):
+                pool.trim()
 
     async def close(self) -> None:
         await asyncio.gather(*(pool.close() for pool in self.pools.values()))

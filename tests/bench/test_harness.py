@@ -46,7 +46,7 @@ def test_a_row_reports_its_ratio_and_the_table_says_when_a_goal_is_missed() -> N
 PARTS = (
     ("schedules", "console", "events", "peers"),
     ("over_time", "live", "cli", "pickup", "history", "client"),
-    ("throughput", "redis_cost", "mcp_tasks", "memory", "shards"),
+    ("throughput", "redis_cost", "mcp_tasks", "memory", "shards", "isolation"),
 )
 """The quick run in three parts of about equal length (the schedules' ticks and the console's
 browser wait more than they work), run at once, each on a redis-server of its own: the same

@@ -13,7 +13,11 @@ import pytest
 from majordomus.context import ExecutionContext
 from majordomus.engine import Engine
 from majordomus.store.executions import AppendResult, EventWrite, Store
-from tests.majordomus.test_context_buffer import WORKER, assert_dense_and_complete, running_execution
+from tests.majordomus.test_context_buffer import (
+    WORKER,
+    assert_dense_and_complete,
+    running_execution,
+)
 
 
 class EndedElsewhereMeanwhile:

@@ -229,6 +229,29 @@ async def test_children_are_recycled_after_a_count_of_executions(
     assert METRICS.children_started.values[("proc.pid",)] >= 3
 
 
+async def test_a_pool_a_burst_grew_shrinks_back_to_its_warm_child_once_idle(
+    proc_engine: Engine, proc_worker: Any, monkeypatch: Any
+) -> None:
+    starts = [await proc_engine.start("proc.polite", {"seconds": 0.3}) for _ in range(3)]
+    for snap in starts:
+        assert (await proc_engine.wait(snap.id, 20_000)).state == "succeeded"
+    pool = proc_worker.runtime.children.pools["proc.polite"]
+    assert len(pool.idle) == 3
+    pool.trim()  # none idle for long yet
+    assert len(pool.idle) == 3
+    monkeypatch.setattr("majordomus.children.pool.IDLE_SECONDS", 0.0)
+    retired = sorted(pool.idle, key=lambda c: c.idle_since)[:2]
+    pool.trim()
+    assert len(pool.idle) == 1 and pool.idle[0] not in retired
+
+    async def gone() -> bool:
+        return not any(alive(c.pid) for c in retired)
+
+    assert await until(gone)
+    again = await run(proc_engine, "proc.polite", {"seconds": 0})
+    assert again.state == "succeeded"
+
+
 async def test_children_are_recycled_past_their_memory(redis: Any, redis_url: str) -> None:
     # A child's own footprint first (what its imports make it), then a limit 10 MiB above
     # it: each run of proc.leak keeps 2 MiB more.
