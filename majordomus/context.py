@@ -608,10 +608,15 @@ class ExecutionContext(Context):
         await self._cancel.wait()
 
     async def sleep(self, seconds: float) -> None:
-        if seconds <= 0:
-            await asyncio.sleep(0)
-            return
-        await within(seconds, self._cancel.wait())
+        await sleep_unless(self._cancel, seconds)
+
+
+async def sleep_unless(cancel: asyncio.Event, seconds: float) -> None:
+    """Sleep `seconds`, waking as soon as `cancel` is set (a context's `sleep`)."""
+    if seconds <= 0:
+        await asyncio.sleep(0)
+        return
+    await within(seconds, cancel.wait())
 
 
 def _loss_diagnostic(count: int, kept_seconds: float) -> bytes:

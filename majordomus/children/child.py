@@ -24,10 +24,9 @@ from typing import Any
 
 import msgspec
 
-from majordomus.context import Context, ExecutionCancelled, _Held
+from majordomus.context import Context, ExecutionCancelled, _Held, sleep_unless
 from majordomus.errors import MajordomusError
 from majordomus.handler_threads import in_thread
-from majordomus.loops import within
 from majordomus.model import LogStream, Severity
 
 from . import wire
@@ -139,10 +138,7 @@ class ChildContext(Context):
         return self._cancel_flag
 
     async def sleep(self, seconds: float) -> None:
-        if seconds <= 0:
-            await asyncio.sleep(0)
-            return
-        await within(seconds, self._cancel.wait())
+        await sleep_unless(self._cancel, seconds)
 
 
 class Link:
