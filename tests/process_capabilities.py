@@ -41,6 +41,7 @@ class Pid(msgspec.Struct):
 
 class How(msgspec.Struct, forbid_unknown_fields=True):
     how: str = "exit"
+    after: float = 0.0
 
 
 class Count(msgspec.Struct):
@@ -127,8 +128,9 @@ def late(ctx, inp: Nap) -> Pid:
 
 @capability("proc.die", input=How, output=Pid, runs_in="process", registry=PROCESS)
 def die(ctx, inp: How) -> Pid:
-    """Dies as asked: exit, kill (SIGKILL, as the OOM killer does) or segfault."""
+    """Dies as asked (`after` seconds): exit, kill (SIGKILL, as the OOM killer does) or segfault."""
     ctx.log("about to die")
+    time.sleep(inp.after)
     if inp.how == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif inp.how == "segfault":
@@ -175,6 +177,15 @@ class UnpicklableError(Exception):
 @capability("proc.liar", input=How, output=Count, runs_in="process", registry=PROCESS)
 def liar(ctx, inp: How) -> dict[str, str]:
     return {"count": "not a number"}
+
+
+@capability("proc.ticks", input=Count, output=Count, runs_in="process", registry=PROCESS)
+def ticks(ctx, inp: Count) -> Count:
+    """Logs a line every 50 ms."""
+    for i in range(inp.count):
+        ctx.log(f"tick {i}")
+        time.sleep(0.05)
+    return Count(inp.count)
 
 
 @capability("proc.flood", input=Count, output=Count, runs_in="process", registry=PROCESS)
