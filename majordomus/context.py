@@ -278,14 +278,23 @@ class ExecutionContext(Context):
 
     # -- reporting ------------------------------------------------------------------
 
+    # Every text a handler reports is masked (`_mask`): a step's name, title and detail, a
+    # progress message, a log line, a diagnostic.
+
     def step(self, name: str, title: str | None = None) -> Reported:
-        return self._emit("execution.step.started", _encode(StepStartedData(name, title or name)))
+        mask = self._mask
+        name = mask(str(name))
+        data = StepStartedData(name, mask(str(title)) if title else name)
+        return self._emit("execution.step.started", _encode(data))
 
     def step_done(self, name: str, ok: bool = True, detail: str | None = None) -> Reported:
-        return self._emit("execution.step.completed", _encode(StepCompletedData(name, ok, detail)))
+        mask = self._mask
+        data = StepCompletedData(mask(str(name)), ok, mask(str(detail)) if detail is not None else None)
+        return self._emit("execution.step.completed", _encode(data))
 
     def progress(self, current: int, total: int | None = None, message: str | None = None) -> Reported:
-        view = ProgressView(max(0, int(current)), total, message)
+        shown = self._mask(str(message)) if message is not None else None
+        view = ProgressView(max(0, int(current)), total, shown)
         return self._emit("execution.progress", _encode(view))
 
     def log(self, message: str, stream: LogStream = "handler") -> Reported:

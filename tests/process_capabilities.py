@@ -209,3 +209,38 @@ def registry() -> Registry:
     for cap in PROCESS:
         both.add(cap)
     return both
+
+
+class Tell(msgspec.Struct, forbid_unknown_fields=True):
+    token: Secret
+    how: str = "succeed"
+
+
+class Told(msgspec.Struct):
+    shown: str
+    token: Secret
+
+
+async def _tattle(ctx, inp: Tell) -> Told:
+    """Puts its secret in every text it reports, and in its output and its errors."""
+    t = inp.token
+    ctx.step(f"step-{t}", f"title {t}")
+    ctx.progress(1, 2, f"progress {t}")
+    ctx.log(f"log {t}")
+    ctx.diagnostic("info", f"code-{t}", f"summary {t}", f"detail {t}", f"suggestion {t}")
+    ctx.step_done(f"step-{t}", True, f"detail {t}")
+    if inp.how == "typed":
+        raise MajordomusError("conflict", f"message {t}", f"suggestion {t}")
+    if inp.how == "raise":
+        raise ValueError(f"value {t}")
+    return Told("told", t)
+
+
+@capability("proc.tattle", input=Tell, output=Told, runs_in="process", registry=PROCESS)
+async def tattle(ctx, inp: Tell) -> Told:
+    return await _tattle(ctx, inp)
+
+
+@capability("loop.tattle", input=Tell, output=Told, registry=PROCESS)
+async def tattle_in_the_loop(ctx, inp: Tell) -> Told:
+    return await _tattle(ctx, inp)

@@ -35,7 +35,7 @@ from majordomus.metrics import METRICS
 from majordomus.model import ExecutionDiagnostic
 from majordomus.registry import Capability, Registry
 from majordomus.retries import attempts_left, exhausted, start_next_attempt
-from majordomus.schemas import secret_values
+from majordomus.schemas import has_sensitive, redact, secret_values
 from majordomus.states import FINAL
 from majordomus.store.clock import now_stamp
 from majordomus.store.connect import RedisClient
@@ -473,6 +473,8 @@ class WorkerRuntime:
                 payload = checked_output(cap, output, execution_id)
             except OutputInvalid as invalid:
                 return await self._end_failed(ctx, invalid, cap, secret)
+            if has_sensitive(cap.output):  # a member typed Secret is never stored
+                payload = encode(redact(cap.output, msgspec.json.decode(payload)))
             result = await ctx.finish("execution.completed", b'{"output":' + payload + b"}")
             return result.state
         finally:
@@ -548,7 +550,14 @@ class WorkerRuntime:
                 )
         if cap.retry is not None and cap.retry.retries(exc):
             await self._retry_before_failing(ctx, cap, secret)
-        result = await ctx.finish("execution.failed", failed_data(error, execution_id))
+        # What a handler raised may quote its secret input: masked as its reports are.
+        shown_error = MajordomusError(
+            error.code,
+            ctx.masked(error.message),
+            ctx.masked(error.suggestion) if error.suggestion else error.suggestion,
+            execution_id,
+        )
+        result = await ctx.finish("execution.failed", failed_data(shown_error, execution_id))
         return result.state
 
     async def _retry_before_failing(
