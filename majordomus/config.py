@@ -24,7 +24,7 @@ optional port; nothing else (no scheme, path or user)."""
 
 AllowedHost = Annotated[str, msgspec.Meta(pattern=f"^(\\*|{HOST_PATTERN})$")]
 
-LIST_SETTINGS = frozenset({"capabilities", "allowed_hosts"})
+LIST_SETTINGS = frozenset({"capabilities", "allowed_hosts", "encryption_keys"})
 """Settings written as comma-separated lists in the environment."""
 
 
@@ -64,8 +64,12 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     """Open live (SSE) channels per API process."""
     heartbeat_seconds: float = 15.0
     """Seconds between comment heartbeats on a live channel."""
+    mcp_call_seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 50.0
+    """Seconds an MCP tool call without a task (a client without the tasks extension) waits for the execution it started before it answers that the execution is still running, with its id and how to follow it; also the longest `majordomus_execution_wait` waits over MCP. Below the 60 s after which common MCP clients (the MCP Inspector) give up on a request, so the answer arrives before their timeout; at most 60."""
+    encryption_keys: list[str] = []
+    """Comma-separated keys (64 random bytes each, urlsafe base64: `python -c 'from majordomus.store.sealing import new_key; print(new_key())'`) that seal what Redis would otherwise hold of a secret: the worker-only input of executions not yet ended and schedules' definitions (AES-SIV). The first seals, every one opens (rotation: put a new key first, drop an old one once nothing sealed with it is left). Unset: those are stored in plain JSON."""
     api_token: str | None = None
-    """When set, every API route but live/ready needs `Authorization: Bearer <token>`."""
+    """When set, every API route but live/ready needs `Authorization: Bearer <token>` (401 without it); unset, `serve` and `dev` refuse to listen beyond loopback unless given `--insecure-no-token`."""
     allowed_hosts: list[AllowedHost] = []
     """Comma-separated `host` or `host:port` the API answers to besides loopback and its own
     address; any other `Host` is refused (421). `*` allows any: unsafe without a token."""

@@ -668,7 +668,7 @@ class Engine:
             settings={
                 k: v
                 for k, v in msgspec.to_builtins(s).items()
-                if k not in ("api_token", "redis_url")
+                if k not in ("api_token", "redis_url", "encryption_keys")
             },
         )
 

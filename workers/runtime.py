@@ -42,6 +42,7 @@ from majordomus.store.connect import RedisClient
 from majordomus.store.executions import encode
 from majordomus.store.failures import UNREACHABLE
 from majordomus.store.queue import Taken
+from majordomus.store.sealing import SealError
 from majordomus.store.workers import Presence
 from majordomus.sweeper import Sweeper, concurrency_of, failed_data
 
@@ -420,8 +421,16 @@ class WorkerRuntime:
                 self.worker_id,
             )
             return "unknown capability"
+        try:
+            secret = self.store.sealer.open(taken.secret) if taken.secret else None
+        except SealError as exc:  # altered in Redis, or its key is not among this worker's
+            log.error("execution_id=%s: %s", execution_id, exc.message)
+            await self.store.append(
+                execution_id, [("execution.failed", failed_data(exc, execution_id))], self.worker_id
+            )
+            return "input sealed with an unknown key"
         return await self._run_claimed(
-            cap, execution_id, taken.secret, bool(cap.max_concurrency), taken.timeout_ms
+            cap, execution_id, secret, bool(cap.max_concurrency), taken.timeout_ms
         )
 
     async def _run_claimed(

@@ -8,12 +8,21 @@ the health check.
 
 from __future__ import annotations
 
+import functools
+
 from redis.commands.core import AsyncScript
 
 from majordomus.config import Settings
 from majordomus.store.connect import RedisClient
 from majordomus.store.keys import Keys, Partition
 from majordomus.store.scripts import load_script, with_constants
+from majordomus.store.sealing import Sealer
+
+
+@functools.lru_cache(maxsize=8)
+def sealer_of(keys: tuple[str, ...]) -> Sealer:
+    """One `Sealer` per set of keys (a process makes many stores on the same settings)."""
+    return Sealer(keys)
 
 
 class StoreBase:
@@ -21,6 +30,8 @@ class StoreBase:
         self.redis = redis
         self.settings = settings
         self.keys = Keys(settings.key_prefix, settings.partitions)
+        self.sealer = sealer_of(tuple(settings.encryption_keys))
+        """Seals what holds secrets before it is sent, opens it as it is read (`sealing`)."""
 
     def script(self, name: str, constants: dict[str, str | int] | None = None) -> AsyncScript:
         """`lua/<name>` registered on this store's client (loaded by its first call), with

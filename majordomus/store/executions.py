@@ -197,7 +197,7 @@ class ExecutionStore(StoreBase):
             input_json,
             "1" if cancellable else "0",
             actor,
-            secret_json or b"",
+            self.sealer.seal(secret_json) if secret_json else b"",
             created_data,
             plan.priority,
             int(HEAD_START[plan.priority] * aging_ms),
@@ -296,7 +296,7 @@ class ExecutionStore(StoreBase):
         )
         raw = await script(keys=keys, args=args)
         secret = raw[4] if len(raw) > 4 else None
-        return _append_result(raw, 1), secret
+        return _append_result(raw, 1), self.sealer.open(secret) if secret else secret
 
     # -- reads --------------------------------------------------------------------------
 
@@ -310,7 +310,7 @@ class ExecutionStore(StoreBase):
         """An active execution's worker-only input (unredacted; deleted by its terminal
         event): what the sweeper starts a lost attempt's retry with before it fails it."""
         raw: bytes | None = await self.redis.get(self.keys.secret_input(execution_id))
-        return raw
+        return self.sealer.open(raw) if raw else raw
 
     async def start_timeout_ms(self, execution_id: str) -> int | None:
         """The bound its start put on its running time (`timeout_ms`), if it gave one."""

@@ -52,7 +52,8 @@ class Taken(NamedTuple):
     execution_id: str
     capability: str
     secret: bytes | None
-    """Its worker-only input (the input with secrets), None if it had none."""
+    """Its worker-only input (the input with secrets), None if it had none; sealed when
+    keys are configured (the worker opens it: `Store.sealer`)."""
     sequence: int
     """The sequence of its `execution.started`."""
     timeout_ms: int | None = None

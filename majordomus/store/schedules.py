@@ -19,6 +19,7 @@ from majordomus.schedules import Origin, ScheduleDefinition, StoredSchedule
 from majordomus.store.base import StoreBase
 from majordomus.store.clock import now_stamp
 from majordomus.store.connect import RedisClient
+from majordomus.store.sealing import Sealer
 
 _definition = msgspec.json.Decoder(ScheduleDefinition)
 
@@ -53,7 +54,15 @@ class ScheduleStore(StoreBase):
         stamp, ms = now_stamp()
         done = await self._put(
             keys=self._keys(schedule_id),
-            args=[schedule_id, msgspec.json.encode(definition), origin, stamp, ms, mode],
+            args=[
+                schedule_id,
+                # Sealed the same way each time: an unchanged declaration writes the same bytes.
+                self.sealer.seal(msgspec.json.encode(definition), deterministic=True),
+                origin,
+                stamp,
+                ms,
+                mode,
+            ],
         )
         return int(done)
 
@@ -96,7 +105,7 @@ class ScheduleStore(StoreBase):
 
     async def one(self, schedule_id: str) -> StoredSchedule | None:
         raw: dict[bytes, bytes] = await self.redis.hgetall(self.keys.schedule(schedule_id))  # type: ignore[misc]
-        return _stored(schedule_id, raw) if raw else None
+        return _stored(schedule_id, raw, self.sealer) if raw else None
 
     async def every(self) -> tuple[int, list[StoredSchedule]]:
         """The version, and every schedule, oldest first (two round trips). Index entries
@@ -115,7 +124,7 @@ class ScheduleStore(StoreBase):
         gone = [i for i, raw in zip(ids, raws, strict=True) if not raw]
         if gone:
             await self.redis.zrem(self.keys.schedules, *gone)
-        found = [_stored(i, raw) for i, raw in zip(ids, raws, strict=True) if raw]
+        found = [_stored(i, raw, self.sealer) for i, raw in zip(ids, raws, strict=True) if raw]
         return int(version or 0), found
 
     async def version_and_ticks(self, ids: Sequence[str]) -> tuple[int, list[int | None]]:
@@ -130,11 +139,11 @@ class ScheduleStore(StoreBase):
         return int(version or 0), [int(t) if t else None for t in ticks]
 
 
-def _stored(schedule_id: str, raw: dict[bytes, bytes]) -> StoredSchedule:
+def _stored(schedule_id: str, raw: dict[bytes, bytes], sealer: Sealer) -> StoredSchedule:
     origin = _text(raw, "origin")
     return StoredSchedule(
         id=schedule_id,
-        definition=_definition.decode(raw[b"definition"]),
+        definition=_definition.decode(sealer.open(raw[b"definition"])),
         origin="declared" if origin == "declared" else "created",
         created_at=_text(raw, "created_at") or "",
         since_ms=_int(raw, "since_ms") or 0,
