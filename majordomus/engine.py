@@ -602,6 +602,10 @@ class Engine:
     # store: raw pages and feed entries (passed through as stored JSON), the queue and
     # worker reports, and the connection's own health.
 
+    async def state_of(self, execution_id: str) -> str | None:
+        """Its state alone, or None when the store does not have it (one read)."""
+        return (await self.store.states([execution_id]))[0]
+
     async def raw_page(self, execution_id: str, after: int, limit: int) -> RawPage | None:
         """Stored events after `after` as JSON bytes, with the page's state; None when unknown."""
         return await self.store.page(execution_id, require_sequence(after), limit)

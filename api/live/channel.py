@@ -205,7 +205,9 @@ class LiveChannel:
             finally:
                 listener.passes = None
             if not woke:
-                chunk.append(HEARTBEAT)
+                ending = await scope.idle()
+                if ending is None:
+                    chunk.append(HEARTBEAT)
             elif listener.closing:
                 ending = listener.closing
             else:

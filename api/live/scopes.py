@@ -42,7 +42,10 @@ HISTORY_PAGE = 100
 """Events of a channel's history read and written at a time."""
 
 Ending = str | None
-"""Why a channel ends now (`finished`, `gone`), sent as `stream.closing`; None: it goes on."""
+"""Why a channel ends now (`finished`, `GONE`), sent as `stream.closing`; None: it goes on."""
+
+GONE = "gone: Redis no longer has this execution (it lost its data, or the execution expired)"
+"""The end of a scoped channel whose execution the store no longer has."""
 
 
 class ChannelScope(Protocol):
@@ -58,6 +61,9 @@ class ChannelScope(Protocol):
     def passing(self, entry: FeedEntry) -> bytes | None:
         """The message of a live entry that goes out as it comes (the next in order, ending
         nothing), with the cursor moved past it; None leaves it to `advance`."""
+
+    async def idle(self) -> Ending:
+        """A heartbeat passed with nothing to send: whether the channel ends now."""
 
 
 class ExecutionScope:
@@ -135,13 +141,18 @@ class ExecutionScope:
         self.last = seq
         return entry.scoped_message()
 
+    async def idle(self) -> Ending:
+        """A quiet execution is looked up once a heartbeat: one Redis no longer has (it came
+        back empty) ends the channel, rather than heartbeats for ever."""
+        return GONE if await self.engine.state_of(self.execution_id) is None else None
+
     async def _catch_up(self, chunk: list[bytes], stream: EventStream) -> Ending:
         """Send what the store holds after the last event sent, a page at a time (so a
         burst of clients replaying at once holds a page each in memory)."""
         while True:
             page = await self.engine.raw_page(self.execution_id, self.last, HISTORY_PAGE)
             if page is None:
-                return "gone"
+                return GONE
             if self._emit(page.events, chunk, lag=True):
                 return "finished"
             if not page.events:
@@ -246,6 +257,9 @@ class FeedScope:
         if entry.key <= self.last[entry.partition]:
             return None
         return self._take(entry)
+
+    async def idle(self) -> Ending:
+        return None  # every execution's channel never ends on its own
 
     def _take(self, entry: FeedEntry) -> bytes:
         """The message of an entry past the position, with the position moved to it."""
