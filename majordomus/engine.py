@@ -24,6 +24,7 @@ import msgspec
 from majordomus.config import LIMITS, Settings, clamp
 from majordomus.context import Context
 from majordomus.declarations import declaration_of, published
+from majordomus.epochs import EpochWatch
 from majordomus.errors import (
     HTTP_STATUS,
     ExecutionError,
@@ -174,6 +175,8 @@ class Engine:
         self.store = Store(redis, settings)
         self.episodes = EpisodeStore(redis, settings)
         self.declarations = DeclarationStore(redis, settings)
+        self.epochs = EpochWatch(self.store)
+        """Whether Redis lost its data since this process first looked (`majordomus.epochs`)."""
         self.published: dict[str, Capability] = {}
         """Capabilities this process does not import, as their workers published them,
         read by `known` (a producer starting one by id)."""

@@ -72,7 +72,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("majordomus.metrics")
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-"""The exposition format answered: Prometheus' text format 0.0.4."""
+"""The exposition format answered: Prometheus' text format 0.0.4, exactly as
+prometheus_client names it (`exposition.CONTENT_TYPE_PLAIN_0_0_4`; a test checks): one
+`charset` parameter, which a strict media-type parser insists on."""
 
 SCRAPE_REDIS_SECONDS = 2.0
 """How long a scrape waits for the cluster's figures from Redis before it answers without
@@ -211,6 +213,11 @@ class Metrics:
             "majordomus_events_appended",
             "Execution events this process appended (reports, state moves, terminal events).",
         )
+        self.redis_data_lost = Count(
+            "majordomus_redis_data_lost",
+            "Partitions this process found had lost their data (their epoch changed: Redis "
+            "restarted empty, was replaced or flushed).",
+        )
         self.redis_errors = Count(
             "majordomus_redis_errors",
             "Failed attempts of a background loop because Redis was unreachable or refused.",
@@ -235,7 +242,8 @@ class Metrics:
                 for one in (
                     metrics.started, metrics.finished, metrics.duration, metrics.timed_out,
                     metrics.children_started, metrics.children_ended, metrics.swept,
-                    metrics.events, metrics.redis_errors, metrics.redis_reconnects,
+                    metrics.events, metrics.redis_data_lost, metrics.redis_errors,
+                    metrics.redis_reconnects,
                 ):  # fmt: skip
                     yield one.family()
 

@@ -230,6 +230,9 @@ class Sweeper:
     async def tick(self) -> int | None:
         """Take or renew the lock; holding it, sweep once (and prune when due). Answers
         how many executions were failed, or None when another process is the sweeper."""
+        if self.engine is not None:  # every candidate, elected or not (`majordomus.epochs`)
+            if lost := await self.engine.epochs.check():
+                METRICS.redis_data_lost.add((), float(len(lost)))
         held = self.holding
         self.holding = await self.store.hold_sweeper_lock(
             self.holder, self.lock_ms, renew=held

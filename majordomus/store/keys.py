@@ -68,6 +68,9 @@ class Partition:
         # The ready queue: what can run now, scored by its place in line (when it became
         # ready, less its priority's head start, `majordomus.priorities`).
         self.queue = base + "queue"
+        # This partition's epoch: a random id set once, by the first process that finds
+        # none (`majordomus.epochs`): found gone or changed, Redis lost this partition's data.
+        self.epoch = base + "epoch"
         # Executions due later, scored by when (epoch ms); the take moves each into the ready
         # queue when it is due, so waiting costs no worker and no traffic.
         self.delayed = base + "queue:delayed"

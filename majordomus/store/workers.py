@@ -59,6 +59,16 @@ class WorkerStore(StoreBase):
             pipe.zadd(k.workers, {worker_id: beat_ms})
             await pipe.execute()
 
+    async def epochs(self, candidate: str) -> list[bytes]:
+        """Each partition's epoch, `candidate` set where there was none (`SET NX GET`: one
+        atomic step, so every process that finds none agrees on the one set)."""
+        parts = self.keys.partitions
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for part in parts:
+                pipe.set(part.epoch, candidate, nx=True, get=True)
+            found = await pipe.execute()
+        return [old if old is not None else candidate.encode() for old in found]
+
     async def remove_worker(self, worker_id: str) -> None:
         """Remove a stopping worker's lease and, unless it still holds executions, its
         presence. One that does (their terminal events could not be written) stays in the
