@@ -11,7 +11,6 @@ from typing import Any
 import msgspec
 from mcp import types
 
-from majordomus.config import LIMITS
 from majordomus.errors import MajordomusError
 from majordomus.model import ExecutionSnapshot
 from majordomus.registry import Registry
@@ -38,16 +37,36 @@ def error_result(err: MajordomusError, **meta: Any) -> types.CallToolResult:
     )
 
 
-def still_running(snap: ExecutionSnapshot, registry: Registry) -> types.CallToolResult:
-    """A tool call whose execution outlasted the call's wait. Not its output, so not a
-    result its output schema would have to describe: an error result that says where the
-    execution goes on, with the execution itself in `_meta`."""
+def still_running(
+    snap: ExecutionSnapshot, registry: Registry, waited_s: float | None = None
+) -> types.CallToolResult:
+    """A tool call whose execution outlasted the call's wait (`waited_s`, the setting
+    `mcp_call_seconds`): the execution goes on, and the answer says so before a client's
+    own request timeout would cut the call and lose the execution's id.
+
+    Not its output, so not a result its output schema would have to describe (a result
+    without `isError` must conform to it, and the official client checks that it does): an
+    error result, `unavailable`, whose first text says the execution is still going and
+    names it, whose second tells the model how to follow it rather than call again (which
+    would start another), with the execution itself in `_meta.majordomus.execution`."""
+    waited = f" after {waited_s:g} s" if waited_s is not None else ""
+    wait_tool = registry.require("executions.wait").exposure.mcp_tool
     err = MajordomusError(
         "unavailable",
-        f"{snap.capability} is still {snap.state} as {snap.id} after "
-        f"{LIMITS.wait_bound_ms // 1000} s; its output is not ready yet",
-        f"wait for it with the tool {registry.require('executions.wait').exposure.mcp_tool} "
-        f"(id {snap.id}), or follow it at {snap.links.live}",
+        f"{snap.capability} is still {snap.state} as {snap.id}{waited}; it goes on, and its "
+        "output is not ready yet",
+        f"wait for it with the tool {wait_tool} (id {snap.id}), or follow it at {snap.links.live}",
         snap.id,
     )
-    return error_result(err, execution=msgspec.to_builtins(snap))
+    result = error_result(err, execution=msgspec.to_builtins(snap))
+    result.content.append(
+        types.TextContent(
+            text=(
+                f"The execution {snap.id} has not failed: it is still {snap.state}. Do not "
+                f"call the tool again for it (that starts another execution): wait for it "
+                f"with the tool {wait_tool} (id {snap.id}), read the resource "
+                f"majordomus://executions/{snap.id}, or follow it at {snap.links.live}."
+            )
+        )
+    )
+    return result

@@ -6,9 +6,12 @@ dispatched through `Engine.invoke` as actor `mcp`. A result carries `structuredC
 the same JSON as a text block; a failure is a result with `isError: true`, the text
 `"<code>: <message>"` and `_meta.majordomus.error` (an unexpected exception is `internal`
 with a correlation id, its traceback only in this process's log). An unknown tool is a
-protocol error. `majordomus_execution_wait` forwards the events it sees as progress
-notifications when the caller sent a `progressToken`; cancelling the call, or the client
-going away, ends the call and never the execution.
+protocol error. A call that runs an execution, and `majordomus_execution_wait`, forward the
+events they see as progress notifications when the caller sent a `progressToken`, their
+value growing with each (`ProgressForwarder`); cancelling the call, or the client going
+away, ends the call and never the execution. Neither holds a call past `mcp_call_seconds`
+(50 s, under the 60 s request timeout of common clients): an execution still going then is
+answered as such, with its id and how to follow it (`still_running`).
 
 This module serves; it does not bind episodes to connections (`api.mcp.episodes`), nor
 choose a transport (`api.mcp.mount` for Streamable HTTP, `api.mcp.stdio`).
@@ -46,6 +49,7 @@ from majordomus.registry import Capability
 log = logging.getLogger("majordomus.mcp")
 
 START = "executions.start"
+WAIT = "executions.wait"
 
 RESOURCE_LIST = "majordomus://executions"
 RESOURCE_PROTOCOL = "majordomus://executions/protocol"
@@ -61,8 +65,11 @@ INSTRUCTIONS = (
     "majordomus_execution_start (it answers at once with the queued execution), follow it "
     "with majordomus_execution_wait (progress notifications if you send a progressToken) or "
     "page its events with majordomus_execution_events, and stop it with "
-    "majordomus_execution_cancel. To group your work, call majordomus_session_attach with "
-    "your own durable conversation or thread id: the executions you start then carry it, "
+    "majordomus_execution_cancel. A tool call whose execution is still running when the "
+    "call's wait ends answers so (unavailable, not failed) with the execution's id: follow "
+    "it with majordomus_execution_wait rather than calling the tool again. To group your "
+    "work, call majordomus_session_attach with your own durable conversation or thread id: "
+    "the executions you start then carry it, "
     "and coming back under the same id resumes it. Without a session, send that id as "
     "_meta 'majordomus/episode' on your requests. A client of the MCP tasks extension "
     "(io.modelcontextprotocol/tasks) gets a task for any tool whose execution.taskSupport "
@@ -86,27 +93,71 @@ def replica_id() -> str:
 class ProgressForwarder:
     """Forwards the events a waiting tool sees as progress notifications of its call.
 
-    A progress event gives `progress`/`total`/`message`; any other event gives a message
-    and repeats the last progress and total (the fraction a client shows stays the
-    execution's own). Nothing is sent when the caller sent no `progressToken`, and a
-    notification that cannot be delivered (the client went away) is dropped: the call
-    ends by its own cancellation, never by a failed notification.
+    MCP asks a call's progress to grow with every notification, while most of an
+    execution's events leave its progress where it was (a step, a log line) and a retried
+    attempt starts it over. So a progress report that grows past everything sent is sent
+    as it is, with its total: the fraction a client shows stays the execution's own. Any
+    other event (a step, a log line, a report that went back, the end) is sent with its
+    message a little past the highest report: the k-th since it at `reached + k/(k+1)`,
+    below the next whole report (a report is an integer). A value past the total is sent
+    without it (a total is only ever the execution's, and never below the value), and one
+    that could not grow (floats run out after millions of events between two reports) is
+    not sent: its event stays in the execution's history. Nothing is sent when the
+    caller sent no `progressToken`, and a notification that cannot be delivered
+    (the client went away) is dropped: the call ends by its own cancellation, never by a
+    failed notification.
     """
 
     def __init__(self, ctx: ServerRequestContext[Any, Any]) -> None:
         self.session = ctx.session
-        self.progress = 0.0
+        self.reached = 0.0
+        """The highest progress the execution reported (0 before any)."""
         self.total: float | None = None
+        """The total of its latest report that gave one."""
+        self.since = 0
+        """Events seen since `reached` last grew."""
+        self.sent: float | None = None
+        """The last value sent; every next one is greater."""
 
-    async def __call__(self, event: ExecutionEvent) -> None:
+    def next_value(self, event: ExecutionEvent) -> float | None:
+        """The value to send for `event`, greater than the last one sent; None: send none."""
         if isinstance(event, ExecutionProgress):
-            self.progress = float(event.data.current)
             if event.data.total is not None:
                 self.total = float(event.data.total)
+            current = float(event.data.current)
+            if self.sent is None or current > self.sent:
+                self.reached, self.since = current, 0
+                return current
+        if self.sent is None:
+            return self.reached
+        self.since += 1
+        value = self.reached + self.since / (self.since + 1)
+        return value if value > self.sent else None
+
+    async def __call__(self, event: ExecutionEvent) -> None:
+        value = self.next_value(event)
+        if value is None:
+            return
+        self.sent = value
+        total = self.total if self.total is not None and value <= self.total else None
         try:
-            await self.session.report_progress(self.progress, self.total, describe_event(event))
+            await self.session.report_progress(value, total, describe_event(event))
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             log.debug("progress notification dropped: the client's stream is gone")
+
+
+def wait_within(args: Any, bound_ms: int) -> Any:
+    """`executions.wait`'s arguments with its timeout held within a tool call's bound
+    (`mcp_call_seconds`): a longer wait would be cut by the client, the snapshot lost.
+    Arguments it cannot read are left for the capability's validation to refuse."""
+    if not isinstance(args, dict):
+        return args
+    asked = args.get("timeout_ms", LIMITS.wait_default_ms)
+    if asked is None:
+        asked = LIMITS.wait_default_ms
+    if not isinstance(asked, int) or isinstance(asked, bool) or asked <= bound_ms:
+        return args
+    return {**args, "timeout_ms": bound_ms}
 
 
 # -- the server -------------------------------------------------------------------------------
@@ -187,6 +238,11 @@ class McpSurface:
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {params.name}")
         binding = self.held.binding_for(ctx)
         args: Any = params.arguments if params.arguments is not None else {}
+        # Answer before the client's own request timeout (60 s in the common ones) would
+        # cut the call: an execution still going is answered as such, with its id.
+        bound_ms = int(self.settings.mcp_call_seconds * 1000)
+        if cap.id == WAIT:
+            args = wait_within(args, bound_ms)
         try:
             if cap.id == START:
                 await self.held.renew_start_handle(binding, args)
@@ -209,7 +265,7 @@ class McpSurface:
                 actor="mcp",
                 episode=episode,
                 ctx=call_ctx,
-                wait_ms=LIMITS.wait_bound_ms,
+                wait_ms=bound_ms,
                 on_event=call_ctx.on_progress,
                 on_started=noted,
             )
@@ -221,7 +277,9 @@ class McpSurface:
             return error_result(err)
         if called.pending:
             assert called.execution is not None
-            return still_running(called.execution, self.engine.registry)
+            return still_running(
+                called.execution, self.engine.registry, self.settings.mcp_call_seconds
+            )
         return ok_result(value)
 
     # -- resources --------------------------------------------------------------------------
