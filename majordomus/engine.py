@@ -61,7 +61,7 @@ from majordomus.model import (
 )
 from majordomus.registry import Capability, Registry
 from majordomus.retries import MAX_ATTEMPTS
-from majordomus.schemas import redact, schema_of, validate_input
+from majordomus.schemas import has_sensitive, redact, schema_of, validate_input
 from majordomus.start_options import NO_OPTIONS, StartOptions
 from majordomus.states import FINAL, is_final
 from majordomus.store.clock import stamp_of
@@ -358,6 +358,7 @@ class Engine:
                     input_json=encode(shown),
                     created_data=encode(CreatedData(cap.id, cap.title, shown)),
                     secret_json=encode(plain),
+                    sensitive=has_sensitive(cap.input),
                     cancellable=cap.cancellable,
                     actor=actor,
                     episode=episode,

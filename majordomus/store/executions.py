@@ -171,12 +171,14 @@ class ExecutionStore(StoreBase):
         created_data: bytes,
         secret_json: bytes | None,
         cancellable: bool,
+        sensitive: bool = True,
         actor: str,
         episode: str | None,
         max_concurrency: int | None = None,
         plan: StartPlan = NOW,
     ) -> Created:
         """Create and enqueue, as `plan` says (due time, priority, idempotency key, links);
+        `sensitive`: whether `secret_json` holds values its schema marks sensitive.
         answers how many were queued ahead of it and when it was created, or the execution
         that holds its idempotency key."""
         k = self.keys
@@ -197,7 +199,9 @@ class ExecutionStore(StoreBase):
             input_json,
             "1" if cancellable else "0",
             actor,
-            self.sealer.seal(secret_json) if secret_json else b"",
+            # Sealed when it holds a secret (its schema marks a member sensitive) and keys
+            # are configured (`sealing`); an input without one is no secret at rest.
+            (self.sealer.seal(secret_json) if sensitive else secret_json) if secret_json else b"",
             created_data,
             plan.priority,
             int(HEAD_START[plan.priority] * aging_ms),
