@@ -5,6 +5,7 @@
     python -m bench --only pickup,events # some scenarios
     python -m bench --only client        # Client.start beside Engine.start, ~2 min
     python -m bench --only isolation     # handlers in child processes: cost, stop, leak, ~4 min
+    python -m bench --only sealing       # what MAJORDOMUS_ENCRYPTION_KEYS costs, ~2 min
     python -m bench --markdown out.md    # also write the table as Markdown
 
 Redis: `--redis-url`, else `MAJORDOMUS_BENCH_REDIS_URL`, else database 14 of the Redis on
@@ -37,7 +38,7 @@ from majordomus.store.embedded import EmbeddedRedis
 
 SCENARIOS = (
     "throughput", "pickup", "events", "history", "live", "memory", "cli", "redis_cost", "peers",
-    "console", "over_time", "shards", "schedules", "mcp_tasks", "client", "isolation",
+    "console", "over_time", "shards", "schedules", "mcp_tasks", "client", "isolation", "sealing",
 )
 """Scenarios (modules of `bench/` but where `MODULES` names another), in the order they run."""
 MODULES = {"cli": "cli_e2e", "schedules": "schedule_lateness"}

@@ -6,7 +6,8 @@
 `bench.stamp` is a no-op that answers when its handler began (epoch seconds), for pick-up
 measured on the worker's side as the peers' jobs measure it (`bench.peers`);
 `bench.paced` logs at a steady rate, each line the wall-clock time it was made at (the
-console's update latency, `bench.console`).
+console's update latency, `bench.console`); `bench.noop_secret` is a no-op whose input holds
+a `Secret` (a worker-only input, sealed with `MAJORDOMUS_ENCRYPTION_KEYS`: `bench.sealing`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Annotated
 
 import msgspec
 
+from majordomus import Secret
 from majordomus.context import Context
 from majordomus.registry import capability
 
@@ -39,6 +41,21 @@ class Done(msgspec.Struct):
     description="Does nothing; the floor of an execution.",
 )
 async def noop(ctx: Context, value: NoInput) -> Done:
+    return Done()
+
+
+class SecretInput(msgspec.Struct, forbid_unknown_fields=True):
+    token: Secret
+
+
+@capability(
+    "bench.noop_secret",
+    input=SecretInput,
+    output=Done,
+    title="No-op with a secret",
+    description="Does nothing with a secret input; what sealing it costs.",
+)
+async def noop_secret(ctx: Context, value: SecretInput) -> Done:
     return Done()
 
 
