@@ -70,6 +70,8 @@ class ProbeStatus(msgspec.Struct, omit_defaults=True):
     calls: int
     """Capability calls this process is answering now, over HTTP and MCP alike."""
     workers: int | UnsetType = UNSET
+    redis_data_lost_at: str | UnsetType = UNSET
+    """When this process last found that Redis lost its data (`majordomus.epochs`)."""
 
 
 METRICS_PATH = "/metrics"
@@ -333,8 +335,16 @@ def create_app(
                     "start one: majordomus worker",
                 )
             )
+        lost_at = engine.epochs.lost_at
         return json_response(
-            ProbeStatus("ready", hub.listeners, hub.channels, engine.calls_in_flight, len(workers))
+            ProbeStatus(
+                "ready",
+                hub.listeners,
+                hub.channels,
+                engine.calls_in_flight,
+                len(workers),
+                redis_data_lost_at=lost_at if lost_at is not None else UNSET,
+            )
         )
 
     @get(METRICS_PATH, include_in_schema=False)
@@ -342,7 +352,13 @@ def create_app(
         # Not a capability (no execution, no MCP tool, not in the OpenAPI document): a
         # scrape in Prometheus' text format, answered whatever Redis does (majordomus.metrics).
         families = await cluster_families(engine, listeners=hub.listeners)
-        return Response(content=exposition(families), media_type=METRICS_CONTENT_TYPE)
+        # The header given whole: Litestar appends `; charset=utf-8` to a `text/` media
+        # type, so one that already names its charset would carry it twice.
+        return Response(
+            content=exposition(families),
+            media_type=METRICS_CONTENT_TYPE,
+            headers={"Content-Type": METRICS_CONTENT_TYPE},
+        )
 
     @asgi(LIVE_PATH, copy_scope=True, include_in_schema=False)
     async def live_channel(scope: Scope, receive: Receive, send: Send) -> None:

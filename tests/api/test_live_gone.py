@@ -46,3 +46,21 @@ def _closing_data(lines: list[str]) -> dict[str, Any]:
     at = next(i for i, line in enumerate(lines) if line == "event: stream.closing")
     payload = next(line for line in lines[at:] if line.startswith("data: "))
     return dict(json.loads(payload.removeprefix("data: "))["data"])
+
+
+def test_ready_says_when_the_api_found_that_redis_lost_its_data(
+    http: httpx.Client, sync_redis: redis_sync.Redis
+) -> None:
+    epoch = Keys("md", 1).partitions[0].epoch
+    began = time.monotonic()
+    while not sync_redis.exists(epoch):  # set by the first sweeper turn
+        assert time.monotonic() - began < 10
+        time.sleep(0.05)
+    # Earlier tests of the package may have flushed the database under the API already.
+    before = http.get("/api/v1/ready").json().get("redis_data_lost_at")
+    time.sleep(0.002)  # a later loss has a later stamp (millisecond precision)
+    sync_redis.delete(epoch)  # as a Redis restarted empty leaves it
+    while (ready := http.get("/api/v1/ready").json()).get("redis_data_lost_at") in (None, before):
+        assert time.monotonic() - began < 20, ready
+        time.sleep(0.1)
+    assert ready["status"] == "ready" and ready["redis_data_lost_at"].endswith("Z")
