@@ -21,4 +21,6 @@ RUN pip install ".[server,fast]" \
 
 USER majordomus
 EXPOSE 8000
+# On every interface, so it needs MAJORDOMUS_API_TOKEN: `serve` refuses to start beyond
+# loopback without one (or without --insecure-no-token, for an API meant to be open).
 CMD ["majordomus", "serve", "--host", "0.0.0.0", "--port", "8000"]

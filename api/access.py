@@ -18,6 +18,13 @@ request with no `Origin` (curl, a script, a same-origin GET) passes. With `MAJOR
 but `/api/v1/live`, `/api/v1/ready`, the static documentation shell at `/docs` and the
 console's shell and files (`api.console.is_console_path`) needs `Authorization: Bearer
 <token>`; the shells hold no data and ask for the token themselves.
+
+A missing or wrong token is no refusal of who the caller is but a failure to say who it is,
+so it answers 401 with a `WWW-Authenticate: Bearer` challenge (RFC 6750: with
+`error="invalid_token"` when a bearer token was sent and is not this server's, with no error
+when none was). The body is the error envelope with the code `forbidden`, as the SPEC says
+(the code a program branches on: the CLI exits 6, "the API refused the token"). 403 is left
+for what no token changes: a foreign `Origin`.
 """
 
 from __future__ import annotations
@@ -44,6 +51,12 @@ LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 ANY_HOST = "*"
 MISDIRECTED = 421
 """The status of a refused Host: the request reached a server that does not answer to it."""
+UNAUTHORIZED = 401
+"""The status of a missing or wrong bearer token, sent with its `WWW-Authenticate` challenge."""
+CHALLENGE = "Bearer"
+"""The challenge to a request that sent no bearer token (RFC 6750, 3.1: no error code)."""
+INVALID_TOKEN_CHALLENGE = 'Bearer error="invalid_token"'
+"""The challenge to a request whose bearer token is not this server's."""
 
 _HOST = re.compile(HOST_PATTERN)
 
@@ -162,22 +175,35 @@ def is_mcp(path: str) -> bool:
     return path == MCP_PATH or path.startswith(MCP_PATH + "/")
 
 
-def token_problem(scope: Scope, token: str) -> str | None:
-    """Why the request's bearer token does not do, or None when it does."""
-    given = header(scope, b"authorization")
-    if not given:
-        return "this server needs a bearer token (Authorization: Bearer <token>)"
-    scheme, _, value = given.partition(" ")
-    if scheme.lower() != "bearer" or not hmac.compare_digest(
-        value.strip().encode(), token.encode()
-    ):
-        return "the bearer token is not this server's"
+@dataclass(frozen=True)
+class TokenProblem:
+    """Why the request's bearer token does not do: a sentence, and the challenge to send."""
+
+    message: str
+    challenge: str
+
+    def error(self) -> MajordomusError:
+        return MajordomusError(
+            "forbidden", self.message, "send Authorization: Bearer $MAJORDOMUS_API_TOKEN"
+        )
+
+
+def token_problem(scope: Scope, token: str) -> TokenProblem | None:
+    """Why the request's bearer token does not do, or None when it does. Another scheme
+    (`Basic ...`) is no bearer token at all, so it is answered as a missing one."""
+    scheme, _, value = (header(scope, b"authorization") or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return TokenProblem(
+            "this server needs a bearer token (Authorization: Bearer <token>)", CHALLENGE
+        )
+    if not hmac.compare_digest(value.strip().encode(), token.encode()):
+        return TokenProblem("the bearer token is not this server's", INVALID_TOKEN_CHALLENGE)
     return None
 
 
 class AccessGuard:
-    """Refuses other Hosts, foreign origins and (when configured) requests without the
-    bearer token."""
+    """Refuses other Hosts (421), requests without the bearer token when one is configured
+    (401) and foreign origins (403)."""
 
     def __init__(self, app: ASGIApp, settings: Settings, live_path: str = "/events") -> None:
         self.app = app
@@ -196,12 +222,8 @@ class AccessGuard:
         if self.token and path not in OPEN_PATHS and not is_console_path(path):
             problem = token_problem(scope, self.token)
             if problem:
-                await send_error(
-                    send,
-                    MajordomusError(
-                        "forbidden", problem, "send Authorization: Bearer $MAJORDOMUS_API_TOKEN"
-                    ),
-                )
+                headers = {"WWW-Authenticate": problem.challenge}
+                await send_error(send, problem.error(), UNAUTHORIZED, headers)
                 return
         guarded = scope.get("method") not in SAFE_METHODS or path == self.live_path or is_mcp(path)
         if guarded and is_foreign_origin(scope):

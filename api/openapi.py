@@ -28,7 +28,9 @@ SCALARS = frozenset({"string", "integer", "number", "boolean"})
 
 ERROR_STATUSES: dict[str, str] = {
     "400": "invalid_input: the request does not fit the operation",
-    "403": "forbidden: a foreign Origin, or a missing or wrong bearer token",
+    "401": "forbidden: a missing or wrong bearer token (with a `WWW-Authenticate: Bearer` "
+    "challenge)",
+    "403": "forbidden: a foreign Origin",
     "404": "not_found: no such execution, capability or route",
     "405": "invalid_input: the route does not answer this method",
     "422": "refused: understood, and declined",
@@ -245,8 +247,19 @@ def _error(error_ref: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": error_ref}}}
 
 
+CHALLENGE_HEADER = {
+    "WWW-Authenticate": {
+        "description": 'The bearer challenge (RFC 6750): `Bearer`, or `Bearer error="invalid_token"` '
+        "for a token that is not the server's",
+        "schema": {"type": "string"},
+    }
+}
+
+
 def _errors(error_ref: dict[str, Any]) -> dict[str, Any]:
-    return {status: _error(error_ref, text) for status, text in ERROR_STATUSES.items()}
+    errors = {status: _error(error_ref, text) for status, text in ERROR_STATUSES.items()}
+    errors["401"]["headers"] = CHALLENGE_HEADER
+    return errors
 
 
 def _add_probes(paths: dict[str, dict[str, Any]], error_ref: dict[str, Any]) -> None:

@@ -6,6 +6,14 @@ loads neither. `worker` and `serve` first check that the configured Redis answer
 with a sentence and an exit code from `errors.EXIT_CODE` when it does not; `dev` brings its
 own Redis when none is configured, and `mcp` reports an unreachable one to its client.
 Nothing here draws an answer or runs a capability: that is `commands.py`.
+
+`serve` and `dev` bound beyond loopback (`--host 0.0.0.0`, an interface's address, a name)
+with no `MAJORDOMUS_API_TOKEN` would let anyone who reaches that address start, cancel and
+read executions, so they refuse to start (`refused`, exit 5) unless `--insecure-no-token`
+says plainly that this is wanted (a private network, a proxy in front that authenticates).
+A flag rather than a setting: it is a decision about one process's command line, written
+where that command is, not a variable that a deployment inherits unseen. Loopback (the
+default) needs neither.
 """
 
 from __future__ import annotations
@@ -43,6 +51,57 @@ def _logging() -> None:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
+
+LOOPBACK_NAMES = frozenset({"localhost"})
+"""Names of loopback beside the addresses `ipaddress` knows as loopback (127.0.0.0/8, ::1)."""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` listens on loopback only. `0.0.0.0`, `::` and `""` are every
+    interface; any other name could resolve anywhere, so it counts as beyond loopback."""
+    import ipaddress
+
+    name = host.strip().removeprefix("[").removesuffix("]").lower()
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _require_token_beyond_loopback(command: str, host: str, port: int, insecure: bool) -> None:
+    """Exit with a sentence, not a start, when `host` is beyond loopback and no token guards
+    the API; with `--insecure-no-token`, say once what that means and go on."""
+    from majordomus.errors import EXIT_CODE, MajordomusError
+
+    if settings().api_token or is_loopback(host):
+        return
+    if insecure:
+        typer.echo(
+            f"majordomus: {command} listens on {host}:{port} with no MAJORDOMUS_API_TOKEN "
+            "(--insecure-no-token): anyone who reaches it may start, cancel and read executions.",
+            err=True,
+        )
+        return
+    refused = MajordomusError(
+        "refused",
+        f"{command} will not listen on {host}:{port} with no MAJORDOMUS_API_TOKEN set: "
+        "beyond loopback, anyone who reaches that address could start, cancel and read "
+        "executions",
+        "set MAJORDOMUS_API_TOKEN to a secret (python -c 'import secrets; "
+        "print(secrets.token_urlsafe(32))') and send it as the clients' bearer token, "
+        "bind --host 127.0.0.1, or pass --insecure-no-token if an open API is what you want",
+    )
+    shown = f"majordomus: {refused.code}: {refused.message}.\n{_sentence(refused.suggestion or '')}"
+    typer.echo(shown, err=True)
+    raise typer.Exit(EXIT_CODE[refused.code])
+
+
+INSECURE_NO_TOKEN_HELP = (
+    "Listen beyond loopback (--host 0.0.0.0...) with no MAJORDOMUS_API_TOKEN: anyone who "
+    "reaches the address may start executions. Refused without it."
+)
 
 BACKLOG = 2048
 """Connections the API's socket queues (uvicorn's default), while it starts and while busy."""
@@ -129,10 +188,14 @@ def worker(
 def dev(
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8000, help="Port to bind."),
+    insecure_no_token: bool = typer.Option(
+        False, "--insecure-no-token", help=INSECURE_NO_TOKEN_HELP
+    ),
 ) -> None:
     """Run the API and a worker in one process, on MAJORDOMUS_REDIS_URL or, when none is set,
     on an embedded Redis or Valkey server it starts and stops itself (in-process fakeredis
     when there is none; the banner says which)."""
+    _require_token_beyond_loopback("dev", host, port, insecure_no_token)
     sock = _listening(host, port)
     from majordomus.api.launch import run_dev
 
@@ -143,8 +206,13 @@ def dev(
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to bind."),
     port: int = typer.Option(8000, help="Port to bind."),
+    insecure_no_token: bool = typer.Option(
+        False, "--insecure-no-token", help=INSECURE_NO_TOKEN_HELP
+    ),
 ) -> None:
-    """Run the HTTP API (with the live channel and MCP at /mcp) on MAJORDOMUS_REDIS_URL."""
+    """Run the HTTP API (with the live channel and MCP at /mcp) on MAJORDOMUS_REDIS_URL.
+    Beyond loopback it needs MAJORDOMUS_API_TOKEN (or --insecure-no-token)."""
+    _require_token_beyond_loopback("serve", host, port, insecure_no_token)
     _require_redis()
     sock = _listening(host, port)
     from majordomus.api.launch import run_serve

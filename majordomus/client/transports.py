@@ -277,8 +277,25 @@ def query_of(raw_input: dict[str, Any]) -> dict[str, str]:
     return query
 
 
+def token_refused(response: httpx.Response) -> MajordomusError:
+    """A 401: the API wants a bearer token this client did not send, or not the one it sent.
+    Said for the client's side (the server's own suggestion names a header to send, not
+    the setting that sends it)."""
+    url = response.request.url
+    sent = "authorization" in response.request.headers
+    what = "it refused the bearer token sent" if sent else "it needs a bearer token, none was sent"
+    return MajordomusError(
+        "forbidden",
+        f"the API at {url.scheme}://{url.netloc.decode()} answered 401: {what}",
+        "give this client the server's token: MAJORDOMUS_API_TOKEN for the CLI, "
+        "Client(token=...) in code",
+    )
+
+
 def error_of_response(response: httpx.Response) -> MajordomusError:
     """The API's error envelope as a `MajordomusError` (or the status, when there is none)."""
+    if response.status_code == 401:
+        return token_refused(response)
     try:
         body = response.json()
     except ValueError:
@@ -292,11 +309,11 @@ def error_of_response(response: httpx.Response) -> MajordomusError:
             error.get("correlation_id"),
         )
     status = response.status_code
-    if status in (401, 403):
+    if status == 403:
         return MajordomusError(
             "forbidden",
             f"the API refused the request ({status})",
-            "set MAJORDOMUS_API_TOKEN (or the client's token) to the server's token",
+            "check MAJORDOMUS_API_URL, and what stands in front of the API (a proxy's rules)",
         )
     if status == 404:
         return MajordomusError(

@@ -114,6 +114,7 @@ async def test_the_http_transport_sends_the_token_and_a_wrong_one_is_forbidden(
         with pytest.raises(MajordomusError) as refused:
             await c.get("x-20261206T000000Z-00000000")
     assert refused.value.code == "forbidden"
+    assert "answered 401" in refused.value.message and "token=" in (refused.value.suggestion or "")
 
 
 async def test_an_api_away_is_unavailable() -> None:

@@ -295,14 +295,18 @@ def test_the_server_binds_loopback_unless_told_otherwise(api: ApiProcess) -> Non
 
 
 def test_with_a_token_every_route_but_live_and_ready_needs_it(locked_api: ApiProcess) -> None:
+    # RFC 6750: a missing or wrong token is 401 with a Bearer challenge, not 403.
     with locked_api.client() as client:
         for path in ("/api/v1/executions", "/openapi.json", "/api/v1/capabilities", "/events"):
-            assert_envelope(client.get(path), 403, "forbidden")
+            missing = client.get(path)
+            assert_envelope(missing, 401, "forbidden")
+            assert missing.headers["www-authenticate"] == "Bearer"
             wrong = client.get(path, headers={"Authorization": "Bearer nope"})
-            assert_envelope(wrong, 403, "forbidden")
+            assert_envelope(wrong, 401, "forbidden")
+            assert wrong.headers["www-authenticate"] == 'Bearer error="invalid_token"'
         assert_envelope(
             client.post("/api/v1/executions/start", json={"capability": "executions.demonstrate"}),
-            403,
+            401,
             "forbidden",
         )
         good = {"Authorization": f"Bearer {TOKEN}"}

@@ -77,8 +77,8 @@ def test_the_api_scrape_counts_what_it_started_and_reads_the_cluster(
 
 def test_with_a_token_the_scrape_needs_it(locked_api: ApiProcess) -> None:
     with locked_api.client() as client:
-        assert client.get("/metrics").status_code == 403
-        assert client.get("/metrics", headers={"Authorization": "Bearer nope"}).status_code == 403
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/metrics", headers={"Authorization": "Bearer nope"}).status_code == 401
         samples = scrape(client, headers={"Authorization": f"Bearer {TOKEN}"})
         assert ("majordomus_redis_up", ()) in samples
 

@@ -20,7 +20,8 @@ from tests.conftest import ROOT
 
 COMPOSE = yaml.safe_load((ROOT / "compose.yaml").read_text())
 SERVICES: dict[str, Any] = COMPOSE["services"]
-SUBSTITUTION = re.compile(r"^\$\{(?P<name>[A-Z0-9_]+)(?::-(?P<default>.*))?\}$")
+SUBSTITUTION = re.compile(r"^\$\{(?P<name>[A-Z0-9_]+)(?::-(?P<default>.*)|:\?(?P<required>.+))?\}$")
+"""`${NAME}`, `${NAME:-default}`, or `${NAME:?why}`: required, compose stops saying why."""
 
 
 def cli_command(name: str) -> Any:
@@ -68,6 +69,17 @@ def test_the_api_runs_serve_on_all_interfaces_with_its_port_published() -> None:
     assert "/api/v1/live" in " ".join(api["healthcheck"]["test"])
 
 
+def test_the_api_beyond_loopback_requires_a_token_rather_than_serving_open() -> None:
+    # `serve --host 0.0.0.0` without MAJORDOMUS_API_TOKEN refuses to start: compose asks for
+    # the token up front (`${...:?why}`) instead of passing --insecure-no-token.
+    api = SERVICES["api"]
+    assert "--insecure-no-token" not in api["command"]
+    matched = SUBSTITUTION.match(api["environment"]["MAJORDOMUS_API_TOKEN"])
+    assert matched is not None and matched["name"] == "MAJORDOMUS_API_TOKEN"
+    assert matched["required"] and "MAJORDOMUS_API_TOKEN" in matched["required"]
+    assert "MAJORDOMUS_API_TOKEN" not in SERVICES["worker"]["environment"]
+
+
 def test_the_worker_runs_worker_and_can_be_scaled() -> None:
     worker = SERVICES["worker"]
     check_command(worker["command"])
@@ -96,6 +108,8 @@ def test_every_variable_is_a_setting_and_every_default_is_the_settings_own(
     if matched is None:
         return  # a fixed value of this deployment (the Redis URL)
     assert matched["name"] == name, f"{service}: {name} is filled from another variable"
+    if matched["required"]:
+        return  # no default: compose refuses to start without it
     default = matched["default"] or ""
     from_compose = Settings.from_env({name: default}) if default else Settings()
     assert getattr(from_compose, field) == getattr(Settings(), field), (service, name, default)
@@ -148,4 +162,3 @@ def test_the_readme_carries_the_settings_table_generated_from_settings() -> None
         "README.md's settings table differs from Settings; regenerate it with\n"
         "  python -c 'from majordomus.docs import settings_table; print(settings_table())'"
     )
-

@@ -65,6 +65,6 @@ def test_a_foreign_host_is_refused_and_the_shell_needs_no_token(
         with locked.client() as client:
             assert client.get("/").status_code == 200
             assert client.get("/console/app.js").status_code == 200
-            assert client.get("/api/v1/executions").status_code == 403
+            assert client.get("/api/v1/executions").status_code == 401
     finally:
         locked.close()

@@ -14,8 +14,9 @@ export class ApiError extends Error {
     this.code = err.code || "unavailable";
     this.suggestion = err.suggestion || "";
   }
+  // A missing or wrong token is 401 (with WWW-Authenticate: Bearer); 403 is a foreign Origin.
   get needsToken() {
-    return this.status === 403 && /bearer token/.test(this.message);
+    return this.status === 401;
   }
 }
 
