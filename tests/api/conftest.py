@@ -70,6 +70,11 @@ class ApiProcess:
         return self.process.pid
 
     def start(self, timeout: float = 30) -> ApiProcess:
+        return self.launch().wait_ready(timeout)
+
+    def launch(self) -> ApiProcess:
+        """Start the process without waiting for it to answer (`wait_ready` does): what else
+        a test starts meanwhile comes up beside it, not after it."""
         self.process = subprocess.Popen(
             [sys.executable, "-m", "majordomus.cli", "serve", "--port", str(self.port)],
             cwd=ROOT,
@@ -77,6 +82,11 @@ class ApiProcess:
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
+        return self
+
+    def wait_ready(self, timeout: float = 30) -> ApiProcess:
+        """Until the launched process answers `/api/v1/live`."""
+        assert self.process is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -85,9 +85,12 @@ def console_redis_url() -> str:
 def api_and_worker(redis_url: str, prefix: str = PREFIX, **env: str) -> Iterator[ApiProcess]:
     """An API and one worker behind it, on a prefix emptied before and after."""
     forget_prefix(redis_url, prefix)
-    server = console_api(redis_url, prefix=prefix, **env).start()
+    # Both processes start at once (each takes a second or two to import), then both are
+    # waited for.
+    server = console_api(redis_url, prefix=prefix, **env).launch()
     worker = ConsoleWorker(redis_url, prefix=prefix, **env)
     try:
+        server.wait_ready()
         worker.wait_reported(redis_url)
         yield server
     finally:

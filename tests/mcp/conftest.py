@@ -46,7 +46,7 @@ def process_env(redis_url: str, **env: str) -> dict[str, str]:
 class ApiProcess:
     """`majordomus serve` on a free loopback port."""
 
-    def __init__(self, redis_url: str, **env: str) -> None:
+    def __init__(self, redis_url: str, wait: bool = True, **env: str) -> None:
         self.port = free_port()
         self.log = tempfile.NamedTemporaryFile(prefix="majordomus-api-", suffix=".log")
         self.process = subprocess.Popen(
@@ -56,7 +56,8 @@ class ApiProcess:
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
-        self.wait_ready()
+        if wait:
+            self.wait_ready()
 
     @property
     def base(self) -> str:
@@ -122,18 +123,31 @@ async def worker(redis: Any, worker_process: Any) -> WorkerProcess:
     return started
 
 
+class Spawner:
+    """`spawn_api(MAJORDOMUS_X="...")`: an API process of the test's own, once it answers;
+    `spawn_api.many(2, ...)`: several, started at once and then waited for (each takes a
+    second or two to import, side by side rather than one after the other)."""
+
+    def __init__(self) -> None:
+        self.started: list[ApiProcess] = []
+
+    def __call__(self, **env: str) -> ApiProcess:
+        return self.many(1, **env)[0]
+
+    def many(self, count: int, **env: str) -> list[ApiProcess]:
+        apis = [ApiProcess(_redis_url(), wait=False, **env) for _ in range(count)]
+        self.started.extend(apis)
+        for api in apis:
+            api.wait_ready()
+        return apis
+
+
 @pytest.fixture
-def spawn_api(redis: Any) -> Iterator[Any]:
-    """Start API processes of a test's own (`spawn_api(MAJORDOMUS_X="...")`)."""
-    started: list[ApiProcess] = []
-
-    def spawn(**env: str) -> ApiProcess:
-        api = ApiProcess(_redis_url(), **env)
-        started.append(api)
-        return api
-
-    yield spawn
-    for api in started:
+def spawn_api(redis: Any) -> Iterator[Spawner]:
+    """Start API processes of a test's own (see `Spawner`)."""
+    spawner = Spawner()
+    yield spawner
+    for api in spawner.started:
         with contextlib.suppress(Exception):
             api.stop(signal.SIGKILL)
         api.log.close()
