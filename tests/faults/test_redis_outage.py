@@ -190,6 +190,16 @@ async def test_redis_restarted_empty_forgets_and_new_work_runs_at_once(
         await asyncio.sleep(0.1)
     stopped_in = time.monotonic() - restarted
     scenario.assert_alive(during="Redis restarted empty")
+    # The loss is said, not hidden: every process logs it once, and /ready carries it.
+    async with http_client(api.url) as http:
+        while "redis_data_lost_at" not in (ready := (await http.get("/api/v1/ready")).json()):
+            assert time.monotonic() < deadline, f"/ready never said the loss: {ready}"
+            await asyncio.sleep(0.1)
+    for child in scenario.children:
+        while (said := child.output(10_000).count("lost its data")) == 0:
+            assert time.monotonic() < deadline, f"{child.name} never said the loss"
+            await asyncio.sleep(0.1)
+        assert said == 1, f"{child.name} said the loss {said} times"
     note(
         f"Redis restarted empty, 10 in flight: restart -> new execution picked up "
         f"{pickup:.2f}s; handlers of the forgotten stopped after {stopped_in:.2f}s "
