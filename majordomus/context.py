@@ -39,7 +39,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Generator, Iterable
 from dataclasses import dataclass
 from itertools import islice
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import msgspec
 
@@ -130,6 +130,7 @@ class Context:
         episode: str | None = None,
         on_progress: Callable[[Any], Any] | None = None,
         connection: Any = None,
+        wait_bound_ms: int | None = None,
     ) -> None:
         self.engine = engine
         self.actor = actor
@@ -138,6 +139,9 @@ class Context:
         """Called with each event an `executions.wait` sees (MCP forwards them as progress)."""
         self.connection = connection
         """The surface's handle on the caller's connection (an MCP session), or None."""
+        self.wait_bound_ms = wait_bound_ms
+        """The longest an `executions.wait` of this caller may take, where its surface's
+        clients cut a call sooner than the protocol's bound (MCP: `mcp_call_seconds`)."""
 
     def step(self, name: str, title: str | None = None) -> Reported:
         return _AT_ONCE
@@ -374,7 +378,7 @@ class ExecutionContext(Context):
     def held(self, handler: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
         """`handler` (a coroutine), held at each `await` while the buffer is at its bound:
         how an async handler that does not await its reports is made to wait for room."""
-        return _held(handler, self)
+        return held(handler, self)
 
     def pending(self) -> tuple[int, int]:
         """Reports waiting to be written, and their bytes."""
@@ -642,7 +646,17 @@ def _loss_diagnostic(count: int, kept_seconds: float) -> bytes:
     )
 
 
-async def _held(handler: Coroutine[Any, Any, T], ctx: ExecutionContext) -> T:
+class Bounded(Protocol):
+    """What holds a handler at its awaits: a buffer at its bound, and room made in it (an
+    `ExecutionContext`'s, or a child process's window, `majordomus.children.child`)."""
+
+    def over_bound(self) -> bool: ...
+
+    async def room(self) -> None: ...
+
+
+async def held(handler: Coroutine[Any, Any, T], ctx: Bounded) -> T:
+    """`handler`, held at each of its `await`s while `ctx` is over its bound."""
     return await _Held(handler, ctx)
 
 
@@ -653,7 +667,7 @@ class _Held:
 
     __slots__ = ("_coro", "_ctx")
 
-    def __init__(self, coro: Coroutine[Any, Any, T], ctx: ExecutionContext) -> None:
+    def __init__(self, coro: Coroutine[Any, Any, T], ctx: Bounded) -> None:
         self._coro = coro
         self._ctx = ctx
 

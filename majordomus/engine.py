@@ -576,9 +576,13 @@ class Engine:
         execution_id: str,
         timeout_ms: int | None = None,
         on_event: OnEvent | None = None,
+        bound_ms: int | None = None,
     ) -> ExecutionSnapshot:
-        """The snapshot once final, or as it stands when the timeout passes."""
+        """The snapshot once final, or as it stands when the timeout passes (the default
+        when none is given, at most the protocol's bound, and at most `bound_ms`)."""
         timeout = clamp(timeout_ms, LIMITS.wait_default_ms, LIMITS.wait_bound_ms)
+        if bound_ms is not None:
+            timeout = min(timeout, bound_ms)
         deadline = time.monotonic() + timeout / 1000
         snap = await self.get(execution_id)
         cursor = snap.last_sequence

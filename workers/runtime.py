@@ -458,10 +458,10 @@ class WorkerRuntime:
             limit, self._time_out, execution_id, limit
         )
         try:
-            value: Any = msgspec.json.decode(secret or b"{}", type=cap.input)
-            if cap.runs_in == "process":  # held in its child, as it reports
+            if cap.runs_in == "process":  # decoded and held in its child, as it reports
                 running = self.children.pool(cap).run(ctx, secret or b"{}")
             else:  # held at its awaits while its reports wait past their bound (`ctx.held`)
+                value: Any = msgspec.json.decode(secret or b"{}", type=cap.input)
                 running = ctx.held(call_handler(cap, ctx, value))
             try:
                 output = await run.handler(running)

@@ -40,7 +40,7 @@ from majordomus.api.mcp.sdk import install_extension
 from majordomus.api.mcp.task_listen import TaskListen, TaskListenParams
 from majordomus.api.mcp.tasks import TaskBook, TasksExtension, task_support_of, with_task_support
 from majordomus.api.mcp.tasks_2025 import Tasks2025
-from majordomus.config import LIMITS, Settings
+from majordomus.config import Settings
 from majordomus.context import Context
 from majordomus.engine import Engine
 from majordomus.model import ExecutionEvent, ExecutionProgress, ExecutionSnapshot, describe_event
@@ -49,7 +49,6 @@ from majordomus.registry import Capability
 log = logging.getLogger("majordomus.mcp")
 
 START = "executions.start"
-WAIT = "executions.wait"
 
 RESOURCE_LIST = "majordomus://executions"
 RESOURCE_PROTOCOL = "majordomus://executions/protocol"
@@ -146,20 +145,6 @@ class ProgressForwarder:
             log.debug("progress notification dropped: the client's stream is gone")
 
 
-def wait_within(args: Any, bound_ms: int) -> Any:
-    """`executions.wait`'s arguments with its timeout held within a tool call's bound
-    (`mcp_call_seconds`): a longer wait would be cut by the client, the snapshot lost.
-    Arguments it cannot read are left for the capability's validation to refuse."""
-    if not isinstance(args, dict):
-        return args
-    asked = args.get("timeout_ms", LIMITS.wait_default_ms)
-    if asked is None:
-        asked = LIMITS.wait_default_ms
-    if not isinstance(asked, int) or isinstance(asked, bool) or asked <= bound_ms:
-        return args
-    return {**args, "timeout_ms": bound_ms}
-
-
 # -- the server -------------------------------------------------------------------------------
 
 
@@ -241,8 +226,6 @@ class McpSurface:
         # Answer before the client's own request timeout (60 s in the common ones) would
         # cut the call: an execution still going is answered as such, with its id.
         bound_ms = int(self.settings.mcp_call_seconds * 1000)
-        if cap.id == WAIT:
-            args = wait_within(args, bound_ms)
         try:
             if cap.id == START:
                 await self.held.renew_start_handle(binding, args)
@@ -253,6 +236,7 @@ class McpSurface:
                 episode=episode,
                 on_progress=ProgressForwarder(ctx),
                 connection=binding,
+                wait_bound_ms=bound_ms,  # its `executions.wait` too
             )
 
             async def noted(started: ExecutionSnapshot) -> None:

@@ -287,7 +287,9 @@ class WaitInput(msgspec.Struct, forbid_unknown_fields=True):
     **CONTROL,
 )
 async def wait(ctx: Context, inp: WaitInput) -> ExecutionSnapshot:
-    return await engine_of(ctx).wait(inp.id, inp.timeout_ms, on_event=ctx.on_progress)
+    return await engine_of(ctx).wait(
+        inp.id, inp.timeout_ms, on_event=ctx.on_progress, bound_ms=ctx.wait_bound_ms
+    )
 
 
 # -- executions.demonstrate ---------------------------------------------------------------

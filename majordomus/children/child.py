@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from majordomus.context import Context, ExecutionCancelled, _Held, sleep_unless
+from majordomus.context import Context, ExecutionCancelled, held, sleep_unless
 from majordomus.errors import MajordomusError
 from majordomus.handler_threads import in_thread
 from majordomus.model import LogStream, Severity
@@ -254,7 +254,7 @@ async def _serve(conn: Connection, cap_id: str, module: str, qualname: str) -> N
         try:
             value = decoder.decode(raw)
             if is_async:
-                output = await _Held(handler(ctx, value), ctx)  # type: ignore[arg-type]
+                output = await held(handler(ctx, value), ctx)
             else:
                 output = await in_thread(handler, ctx, value)
             answer: Any = wire.Done(msgspec.json.encode(output), resident_bytes())
