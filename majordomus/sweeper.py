@@ -381,7 +381,7 @@ class Sweeper:
                 snap,
                 worker_input,
                 floor_ms=LOST_RETRY_FLOOR_MS,
-                timeout_ms=await self.store.start_timeout_ms(execution_id),
+                timeout_ms=int(raw[b"timeout_ms"]) if raw.get(b"timeout_ms") else None,
             )
             # As the worker does: a cancel that landed meanwhile (it read no link yet)
             # is seen here, and the retry is cancelled with the chain.

@@ -316,11 +316,6 @@ class ExecutionStore(StoreBase):
         raw: bytes | None = await self.redis.get(self.keys.secret_input(execution_id))
         return self.sealer.open(raw) if raw else raw
 
-    async def start_timeout_ms(self, execution_id: str) -> int | None:
-        """The bound its start put on its running time (`timeout_ms`), if it gave one."""
-        raw = await self.redis.hget(self.keys.snapshot(execution_id), "timeout_ms")  # type: ignore[misc]
-        return int(raw) if raw else None
-
     async def snapshots(self, execution_ids: Sequence[str]) -> list[dict[bytes, bytes]]:
         async with self.redis.pipeline(transaction=False) as pipe:
             for execution_id in execution_ids:
