@@ -14,6 +14,7 @@ import pytest
 
 from majordomus.model import event_type_of
 from majordomus.retries import RETRY_SCHEDULED
+from majordomus.start_options import StartOptions
 from majordomus.sweeper import LOST_RETRY_FLOOR_MS
 from tests.api.conftest import WorkerChild
 from tests.conftest import _redis_url
@@ -50,7 +51,10 @@ async def test_a_worker_killed_mid_attempt_is_retried_once_after_the_sweeper(
     pair: list[WorkerChild], marker: Path
 ) -> None:
     async with engine_on(LOSS_PREFIX) as engine:
-        first = await engine.start(FRAGILE, {"marker": str(marker)})
+        # With a bound of its own, which its retry keeps (the sweeper starts this one).
+        first = await engine.start(
+            FRAGILE, {"marker": str(marker)}, options=StartOptions(timeout_ms=60_000)
+        )
         deadline = time.monotonic() + 15
         while not attempts_in(marker):
             assert time.monotonic() < deadline, "the first attempt did not start"
@@ -70,6 +74,8 @@ async def test_a_worker_killed_mid_attempt_is_retried_once_after_the_sweeper(
         assert f"attempt 2 of 3 in {LOST_RETRY_FLOOR_MS} ms" in lost.diagnostics[0].summary
         assert (lost.retried_as, retry.retry_of, retry.attempt) == (retry.id, lost.id, 2)
         assert retry.output == {"attempts": 2}
+        kept = await engine.redis.hget(engine.store.keys.snapshot(retry.id), "timeout_ms")
+        assert kept == b"60000"
         # Within the lease, a sweep and the floor of a lost attempt's retry (and a pickup).
         assert time.monotonic() - killed_at < LEASE_SECONDS + LOST_RETRY_FLOOR_MS / 1000 + 3
 
