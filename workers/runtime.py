@@ -411,27 +411,27 @@ class WorkerRuntime:
         execution_id = taken.execution_id
         cap = self.registry.get(taken.capability)
         if cap is None:
-            await self.store.append(
-                execution_id,
-                [("execution.failed", failed_data(MajordomusError(
-                    "not_found",
-                    f"no worker capability {taken.capability!r}",
-                    "load the module that declares it on the workers (MAJORDOMUS_CAPABILITIES)",
-                ), execution_id))],
-                self.worker_id,
-            )
-            return "unknown capability"
+            return await self._fail_at_once(execution_id, MajordomusError(
+                "not_found",
+                f"no worker capability {taken.capability!r}",
+                "load the module that declares it on the workers (MAJORDOMUS_CAPABILITIES)",
+            ), "unknown capability")
         try:
             secret = self.store.sealer.open(taken.secret) if taken.secret else None
         except SealError as exc:  # altered in Redis, or its key is not among this worker's
             log.error("execution_id=%s: %s", execution_id, exc.message)
-            await self.store.append(
-                execution_id, [("execution.failed", failed_data(exc, execution_id))], self.worker_id
-            )
-            return "input sealed with an unknown key"
+            return await self._fail_at_once(execution_id, exc, "input sealed with an unknown key")
         return await self._run_claimed(
             cap, execution_id, secret, bool(cap.max_concurrency), taken.timeout_ms
         )
+
+    async def _fail_at_once(self, execution_id: str, error: MajordomusError, why: str) -> str:
+        """End a taken execution failed without running it, its end written as every end is
+        (`ExecutionContext.finish`: kept and retried through an outage, so it never stays
+        `running` on this live worker)."""
+        ctx = ExecutionContext(self.store, execution_id, self.worker_id, self.engine)
+        await ctx.finish("execution.failed", failed_data(error, execution_id))
+        return why
 
     async def _run_claimed(
         self,

@@ -160,8 +160,11 @@ class Link:
 
     def send(self, message: Any) -> None:
         data = wire.encode(message)
-        with self.lock:
-            self.conn.send_bytes(data)
+        try:
+            with self.lock:
+                self.conn.send_bytes(data)
+        except OSError:  # the worker is gone (or closed the pipe), as the reader finds too
+            os._exit(0)
 
     def over_window(self) -> bool:
         with self.window:
