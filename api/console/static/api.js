@@ -73,34 +73,49 @@ export function liveTypes() {
 // reconnect, so a dropped connection loses and repeats nothing. `on.message(type, data, id)`
 // gets each message (data decoded), `on.state(text)` how the channel stands. Without a token
 // this is the browser's EventSource; with one, EventSource cannot send the header, so the
-// stream is read with fetch and the same rules are kept here.
-export function follow(url, on) {
-  return token.get() ? followWithFetch(url, on) : followWithEventSource(url, on);
+// stream is read with fetch and the same rules are kept here. With `reopen` (a channel that
+// never ends by itself, as the feed of every execution), a channel the server closed, or never
+// opened, is tried again after a pause: the browser's EventSource gives up on an answer
+// other than a stream (a proxy's 502 while the API restarts), and `204` ends only an
+// execution's.
+export function follow(url, on, {reopen = false} = {}) {
+  return token.get() ? followWithFetch(url, on, reopen) : followWithEventSource(url, on, reopen);
 }
 
-function followWithEventSource(url, on) {
-  let source = null, stopped = false;
+function followWithEventSource(url, on, reopen) {
+  let source = null, stopped = false, pause = RETRY_MS;
   const take = (message) => {
     let data = null;
     try { data = JSON.parse(message.data); } catch (e) { return; }
     // Control messages carry no id of their own.
     on.message(message.type, data, message.type.startsWith("stream.") ? null : message.lastEventId);
   };
+  const again = () => {
+    on.state("reconnecting");
+    setTimeout(open, pause);
+    pause = Math.min(pause * 2, RETRY_CAP_MS);
+  };
   // The listeners must be there before the first message: open only once the types are known.
-  liveTypes().then((types) => {
+  const open = () => liveTypes().then((types) => {
     if (stopped) return;
     source = new EventSource(url);
     for (const t of types) source.addEventListener(t, take);
-    source.onopen = () => on.state("live");
+    source.onopen = () => { pause = RETRY_MS; on.state("live"); };
     source.onerror = () => {
       if (stopped) return;
-      on.state(source.readyState === EventSource.CLOSED ? "ended" : "reconnecting");
+      if (source.readyState !== EventSource.CLOSED) on.state("reconnecting");
+      else if (reopen) again();
+      else on.state("ended");
     };
-  }).catch(() => on.state("closed: the protocol could not be read"));
+  }).catch((e) => {
+    if (stopped) return;
+    if (reopen && !e.needsToken) again(); else on.state("closed: the protocol could not be read");
+  });
+  open();
   return {stop: () => { stopped = true; if (source) source.close(); }};
 }
 
-function followWithFetch(url, on) {
+function followWithFetch(url, on, reopen) {
   const ctl = new AbortController();
   let lastId = null, serverRetry = null, pause = RETRY_MS, stopped = false;
   const take = (block) => {
@@ -127,11 +142,13 @@ function followWithFetch(url, on) {
       if (lastId !== null) sent["Last-Event-ID"] = lastId;
       try {
         const response = await fetch(url, {headers: sent, signal: ctl.signal, cache: "no-store"});
-        if (response.status === 204) { on.state("ended"); return; }
-        if (response.status !== 200 || !response.body) {
+        const refused = response.status === 401 || response.status === 403;
+        if (response.status === 204 && !reopen) { on.state("ended"); return; }
+        if ((response.status !== 200 || !response.body) && (!reopen || refused)) {
           on.state("closed: " + response.status);
           return;
         }
+        if (response.status !== 200 || !response.body) throw new Error("HTTP " + response.status);
         on.state("live");
         pause = RETRY_MS;
         const reader = response.body.getReader();

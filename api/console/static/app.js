@@ -2,11 +2,12 @@
 // (/queue), start (/start). Each page is a function that renders into <main> and answers
 // how to stop it (its live channel, its timers). Handler text is only ever set as
 // textContent, never parsed as HTML. Live updates are queued and applied once per
-// animation frame, so a burst of events costs one layout, not one per event.
+// animation frame, so a burst of events costs one layout, not one per event. A page whose
+// live connection is down says so, since when, and reads again what it shows when it is back.
 "use strict";
 
 import {ApiError, call, follow, liveTypes, token} from "./api.js";
-import {buildForm, holdsSecret} from "./form.js";
+import {REDACTED, buildForm, holdsSecret} from "./form.js";
 
 const STATES = ["queued", "running", "cancelling", "succeeded", "failed", "cancelled"];
 const ACTIVE = new Set(["queued", "running", "cancelling"]);
@@ -22,6 +23,8 @@ const READ_GAP_MS = 300;          // ...and at most once in this long, however m
 const QUEUE_CHANGES = new Set(["execution.created", "execution.queued", "execution.started",
   "execution.cancelling", ...TERMINAL]);
 const RETAINED = 500;             // events an execution keeps (SPEC 4: the stream's cap)
+const AGO_EVERY_MS = 5000;        // relative times ("3 min ago") on the page are redone this often
+const EXCEPTION_CODE = "execution.exception";  // the diagnostic a worker adds for an unexpected exception
 
 const main = document.getElementById("main");
 
@@ -41,23 +44,102 @@ function el(tag, attrs, ...kids) {
 
 function link(href, text, attrs) { return el("a", Object.assign({href, "data-link": ""}, attrs || {}), text); }
 
+// -- time -------------------------------------------------------------------------------
+// One formatter for every time shown: today's as `21:08:06.845`, another day's with its date
+// (`2026-12-05 21:08:06`), local. By hand: Intl formatting costs too much at 1,000 rows a
+// second, so the day's bounds are kept and moved on only when the clock passes them.
+
 const two = (n) => (n < 10 ? "0" : "") + n;
-function clock(iso) {
-  // Local time with milliseconds, by hand: Intl formatting costs too much at 1,000 rows a second.
+let today = [0, 0];               // [start, end) of the local day, epoch ms
+function todayBounds(now) {
+  if (now < today[0] || now >= today[1]) {
+    const d = new Date(now);
+    d.setHours(0, 0, 0, 0);
+    const start = d.getTime();
+    d.setDate(d.getDate() + 1);
+    today = [start, d.getTime()];
+  }
+  return today;
+}
+export function clock(iso, now = Date.now()) {
   const d = new Date(iso);
+  const t = d.getTime();
+  if (Number.isNaN(t)) return String(iso);
+  const hms = `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`;
+  const [start, end] = todayBounds(now);
+  if (t < start || t >= end) return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ${hms}`;
   const ms = d.getMilliseconds();
-  return `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}.${ms < 10 ? "00" : ms < 100 ? "0" : ""}${ms}`;
+  return `${hms}.${ms < 10 ? "00" : ms < 100 ? "0" : ""}${ms}`;
+}
+// To the second, for "since" and "as of": a date too when it is not today's.
+const second = (d) => clock(d.toISOString()).replace(/\.\d{3}$/, "");
+export function ago(iso, now = Date.now()) {
+  const s = Math.round((now - new Date(iso).getTime()) / 1000);
+  const a = Math.abs(s);
+  if (Number.isNaN(a)) return "";
+  if (a < 5) return s < 0 ? "in a moment" : "just now";
+  const span = a < 60 ? a + " s" : a < 3600 ? Math.floor(a / 60) + " min"
+    : a < 172800 ? Math.floor(a / 3600) + " h" : Math.floor(a / 86400) + " days";
+  return s < 0 ? "in " + span : span + " ago";
 }
 function time(iso) {
   if (!iso) return el("span", {text: "—"});
   return el("time", {datetime: iso, title: iso, text: clock(iso)});
 }
+// A time with how long ago beside it, kept current (`data-ago`, redone every AGO_EVERY_MS).
+function timeAgo(iso) {
+  if (!iso) return time(iso);
+  return el("span", {class: "when-ago"}, time(iso), el("span", {class: "muted ago", "data-ago": iso, text: " · " + ago(iso)}));
+}
+setInterval(() => {
+  const now = Date.now();
+  for (const e of document.querySelectorAll("[data-ago]")) e.textContent = " · " + ago(e.dataset.ago, now);
+}, AGO_EVERY_MS);
+// A time's tooltip says how long ago, as of the moment it is pointed at.
+document.addEventListener("mouseover", (e) => {
+  const t = e.target instanceof Element ? e.target.closest("time[datetime]") : null;
+  if (t) t.title = `${t.dateTime} (${ago(t.dateTime)})`;
+});
 
 function duration(ms) {
   if (ms === undefined || ms === null) return "—";
   if (ms < 1000) return ms + " ms";
   if (ms < 60000) return (ms / 1000).toFixed(1) + " s";
   return Math.floor(ms / 60000) + " min " + Math.round((ms % 60000) / 1000) + " s";
+}
+
+// What an execution is, beside its id: its title (its capability's) and the first input
+// member that says something (a scalar, not a redacted secret), say `seconds=0.2`.
+function keyInput(input) {
+  if (!input || typeof input !== "object" || Array.isArray(input)) return "";
+  for (const [k, v] of Object.entries(input)) {
+    if (v === null || v === "" || v === REDACTED || typeof v === "object") continue;
+    const text = typeof v === "string" ? v : JSON.stringify(v);
+    return `${k}=${text.length > 40 ? text.slice(0, 39) + "…" : text}`;
+  }
+  return "";
+}
+function identity(x) {
+  const key = keyInput(x.input);
+  return (x.title || x.capability) + (key ? " · " + key : "");
+}
+// The id's random tail: its time part is the Created column's.
+const shortId = (id) => id.slice(id.lastIndexOf("-") + 1);
+
+// An unexpected exception, as the worker's `execution.exception` diagnostic names it (its
+// type, then its message, both masked), or null when it added none.
+function exceptionOf(x) {
+  const d = (x.diagnostics || []).find((d) => d.code === EXCEPTION_CODE);
+  if (!d) return null;
+  const at = d.summary.indexOf(": ");
+  return at > 0 ? {summary: d.summary, type: d.summary.slice(0, at), message: d.summary.slice(at + 2)}
+    : {summary: d.summary, type: d.summary, message: ""};
+}
+// A failure in a line, for the list: its code and, for an exception, what it was.
+function failureBrief(x) {
+  if (!x.error || x.state === "cancelled") return "";
+  const exc = exceptionOf(x);
+  return `${x.error.code}: ${exc ? exc.summary : x.error.message}`;
 }
 
 function badge(state) { return el("span", {class: "state state-" + state, text: state}); }
@@ -102,8 +184,65 @@ function tableOf(headers, caption) {
   return {wrap: el("div", {class: "scroll"}, table), body};
 }
 
+// The counts as last read, and when: while the connection is down they say "as of" then.
+let counts = null;
 function setCounts(active, queued) {
-  document.getElementById("counts").textContent = `${active} active · ${queued} queued`;
+  counts = {active, queued, at: new Date()};
+  showCounts();
+}
+function showCounts() {
+  const box = document.getElementById("counts");
+  if (!counts) return;
+  const stale = connection.since !== null;
+  box.textContent = `${counts.active} active · ${counts.queued} queued` + (stale ? ` (as of ${second(counts.at)})` : "");
+  box.classList.toggle("as-of", stale);
+}
+
+// -- the connection -----------------------------------------------------------------------
+// A page's live connection is its channel and, where it polls, its reads. While any part is
+// down a banner says since when, the counts say as of when, and the page stops ticking its
+// ages; the page itself reads again what it shows when its channel is back (what happened
+// meanwhile is unknown). Leaving the page forgets it all.
+
+const staleBar = document.getElementById("stale");
+const connection = {down: new Set(), since: null};
+function connectionPart(part, up) {
+  const wasDown = connection.down.size > 0;
+  if (up) connection.down.delete(part); else connection.down.add(part);
+  const isDown = connection.down.size > 0;
+  if (isDown === wasDown) return;
+  connection.since = isDown ? new Date() : null;
+  if (isDown) {
+    const since = connection.since.toISOString();
+    staleBar.replaceChildren(el("strong", {text: "Live updates lost"}),
+      el("span", {text: " since "}), el("time", {datetime: since, text: second(connection.since)}),
+      el("span", {class: "ago", "data-ago": since, text: " · " + ago(since)}),
+      el("span", {text: ". Reconnecting; until then what this page shows may be out of date."}));
+    main.dataset.connection = "down";
+  } else {
+    staleBar.replaceChildren();
+    delete main.dataset.connection;
+  }
+  staleBar.hidden = !isDown;
+  showCounts();
+}
+function forgetConnection() {
+  connection.down.clear();
+  connection.since = null;
+  staleBar.replaceChildren();
+  staleBar.hidden = true;
+  showCounts();
+}
+// A channel's state (`follow`'s `on.state`) as up or down: over (`ended`) is neither.
+function channelState(s) {
+  if (s === "live") connectionPart("channel", true);
+  else if (s !== "ended") connectionPart("channel", false);
+}
+// A read that could not reach the API (no answer at all) is the connection down; any answer is it up.
+function readOutcome(e) {
+  const unreachable = e instanceof ApiError && e.status === 0;
+  connectionPart("reads", !unreachable);
+  return unreachable;
 }
 
 // -- the token ------------------------------------------------------------------------------
@@ -147,6 +286,7 @@ function route() {
   }
   main.replaceChildren();
   for (const key of Object.keys(main.dataset)) delete main.dataset[key];
+  forgetConnection();
   main.dataset.page = page;
   const run = {executions: executionsPage, execution: executionPage, queue: queuePage, start: startPage}[page];
   stopPage = run(params, decodeURIComponent(path.slice("/executions/".length))) || (() => {});
@@ -215,9 +355,12 @@ function executionsPage(params) {
     return "/" + (q.toString() ? "?" + q : "");
   };
   function row(x) {
+    const why = failureBrief(x);
     const tr = el("tr", {"data-id": x.id},
-      el("td", {}, link("/executions/" + x.id, x.id, {class: "mono"})),
-      el("td", {text: x.capability}), el("td", {class: "c-state"}, badge(x.state)),
+      el("td", {class: "c-what"}, link("/executions/" + x.id, shortId(x.id), {class: "mono", title: x.id, "aria-label": x.id}),
+        el("span", {class: "what", text: " " + identity(x)})),
+      el("td", {text: x.capability}), el("td", {class: "c-state"}, badge(x.state),
+        why ? el("small", {class: "why", title: why, text: why}) : null),
       el("td", {class: "c-progress"}, meter(x.progress)), el("td", {}, time(x.created_at)),
       el("td", {text: duration(x.duration_ms)}), el("td", {text: x.actor + (x.episode ? " · " + x.episode : "")}));
     rows.set(x.id, tr);
@@ -241,7 +384,7 @@ function executionsPage(params) {
       el("span", {text: ` page ${n} of ${pageCount()}${more ? "+" : ""} `}),
       older ? link(older, "Older →", {rel: "next"}) : el("span", {class: "muted", text: "Older →"}));
   }
-  let controller = null, refetchTimer = null, lastFetch = 0;
+  let controller = null, refetchTimer = null, lastFetch = 0, loaded = false;
   async function load() {
     if (controller) controller.abort();
     controller = new AbortController();
@@ -250,11 +393,15 @@ function executionsPage(params) {
       const query = Object.assign({limit: LIST_BOUND}, filters, before ? {before} : {});
       const answer = await call("/api/v1/executions", {query, signal: controller.signal});
       all = answer.executions;
+      connectionPart("reads", true);
       setCounts(answer.active, answer.queued);
       show();
+      loaded = true;
       main.dataset.loaded = "true";
     } catch (e) {
-      if (e.name !== "AbortError") body.replaceChildren(el("tr", {}, el("td", {colspan: 7}, problem(e))));
+      if (e.name === "AbortError") return;
+      // Once shown, the list stays while the API is out of reach, the banner saying so.
+      if (!(readOutcome(e) && loaded)) body.replaceChildren(el("tr", {}, el("td", {colspan: 7}, problem(e))));
     }
   }
   function refetchSoon() {
@@ -283,7 +430,17 @@ function executionsPage(params) {
     if (reread) refetchSoon();
   });
   load();
-  const live = follow("/events", {message: (type, data) => { if (!type.startsWith("stream.")) apply(data); }, state: () => {}});
+  // Back after a cut: what happened meanwhile is read again, not guessed.
+  let connected = false;
+  const live = follow("/events", {
+    message: (type, data) => { if (!type.startsWith("stream.")) apply(data); },
+    state: (s) => {
+      main.dataset.live = s;
+      channelState(s);
+      if (s === "live" && connected) load();
+      if (s === "live") connected = true;
+    },
+  }, {reopen: true});
   return () => { live.stop(); if (controller) controller.abort(); clearTimeout(refetchTimer); };
 }
 
@@ -307,7 +464,9 @@ function executionPage(params, id) {
   let snapSeq = 0;             // events up to this sequence are already in the snapshot
   let lastSeq = 0;             // the last event shown: nothing at or before it is shown again
   let pageAfter = 0;
-  const heading = el("h1", {}, el("span", {text: "Execution "}), el("span", {class: "mono", text: id}));
+  const what = el("span", {id: "x-what"});
+  const heading = el("h1", {}, el("span", {text: "Execution "}), el("span", {class: "mono", text: id}), what);
+  const failure = el("div", {id: "x-failure"});
   const stateSlot = el("span", {id: "x-state"});
   const cancelButton = el("button", {type: "button", id: "x-cancel", text: "Cancel", hidden: true});
   const againButton = el("button", {type: "button", id: "x-again", text: "Run again"});
@@ -333,7 +492,7 @@ function executionPage(params, id) {
     el("button", {type: "button", id: "x-next-page", text: "Next page", onclick: () => readPage(pageAfter)}));
   pageForm.addEventListener("submit", (e) => { e.preventDefault(); readPage(parseInt(afterBox.value || "0", 10) || 0); });
 
-  main.append(heading, el("div", {class: "bar"}, stateSlot, cancelButton, againButton, liveSay), say,
+  main.append(heading, el("div", {class: "bar"}, stateSlot, cancelButton, againButton, liveSay), say, failure,
     el("div", {class: "grid"},
       section("Snapshot", facts),
       section("Progress", progressSlot, el("h3", {text: "Steps"}), steps)),
@@ -354,9 +513,9 @@ function executionPage(params, id) {
     cancelButton.disabled = x.state === "cancelling";
     const rowsOf = [
       ["State", x.state], ["Capability", x.capability + " · " + x.title],
-      ["Created", time(x.created_at)], ["Started", time(x.started_at)], ["Finished", time(x.finished_at)],
+      ["Created", timeAgo(x.created_at)], ["Started", timeAgo(x.started_at)], ["Finished", timeAgo(x.finished_at)],
       ["Duration", duration(x.duration_ms)], ["Started by", x.actor], ["Worker", x.worker || "—"],
-      ["Attempt", String(x.attempt)], ["Priority", x.priority || "normal"], ["Due", x.due_at ? time(x.due_at) : "at once"],
+      ["Attempt", String(x.attempt)], ["Priority", x.priority || "normal"], ["Due", x.due_at ? timeAgo(x.due_at) : "at once"],
       ["Retry of", x.retry_of ? link("/executions/" + x.retry_of, x.retry_of, {class: "mono"}) : "—"],
       ["Retried as", x.retried_as ? link("/executions/" + x.retried_as, x.retried_as, {class: "mono"}) : "—"],
       ["Schedule", x.schedule || "—"], ["Idempotency key", x.idempotency_key || "—"], ["Episode", x.episode || "—"],
@@ -369,6 +528,8 @@ function executionPage(params, id) {
     const none = [el("li", {class: "muted", text: "none"})];
     diagnostics.replaceChildren(...(x.diagnostics.length ? x.diagnostics.map(diagnostic) : none));
     input.textContent = JSON.stringify(x.input, null, 2);
+    what.textContent = " · " + identity(x);
+    failure.replaceChildren(...(x.error ? [errorOf(x)] : []));
     outcome.replaceChildren(...outcomeOf(x));
   }
   function outcomeOf(x) {
@@ -377,9 +538,19 @@ function executionPage(params, id) {
         el("pre", {id: "x-output", text: JSON.stringify(x.output, null, 2)})];
     }
     if (!x.error) return [el("p", {class: "muted", text: "Not finished yet."})];
-    return [el("div", {id: "x-error", class: "problem"},
-      el("p", {}, el("strong", {text: x.error.code}), el("span", {text: ": " + x.error.message})),
-      x.error.suggestion ? el("p", {text: "Suggestion: " + x.error.suggestion}) : null)];
+    return [el("p", {}, badge(x.state), el("span", {text: ` ${x.error.code}: its error is shown at the top.`}))];
+  }
+  function errorOf(x) {
+    // Its code and sentence, then the exception the worker named (whose text also ends the
+    // sentence: shown once), then what to do.
+    const exc = exceptionOf(x);
+    const tail = exc ? ": " + exc.summary : "";
+    const message = exc && x.error.message.endsWith(tail) ? x.error.message.slice(0, -tail.length) : x.error.message;
+    return el("div", {id: "x-error", class: "problem", role: "alert"},
+      el("p", {}, el("strong", {text: x.error.code}), el("span", {text: ": " + message})),
+      exc ? el("p", {id: "x-exception"}, el("span", {text: "Exception "}), el("code", {text: exc.type}),
+        exc.message ? el("span", {class: "exc-message", text: ": " + exc.message}) : null) : null,
+      x.error.suggestion ? el("p", {text: "Suggestion: " + x.error.suggestion}) : null);
   }
   function renderCount() {
     const last = Math.max(snap.last_sequence, lastSeq);
@@ -506,7 +677,7 @@ function executionPage(params, id) {
     } catch (e) { say.replaceChildren(problem(e)); againButton.disabled = false; }
   });
 
-  let live = null;
+  let live = null, connected = false;
   call("/api/v1/executions/get", {query: {id}}).then((first) => {
     snap = first;
     snapSeq = first.last_sequence;
@@ -528,6 +699,7 @@ function executionPage(params, id) {
           live.stop();
           liveSay.textContent = "not following (the execution is over)";
           liveSay.dataset.state = "ended";
+          connectionPart("channel", true);
         } else if (type === "stream.lagged") {
           notice.textContent = `This page fell behind: ${control.dropped} events were dropped before it could read them.`;
         } else if (!type.startsWith("stream.")) apply(data);
@@ -536,6 +708,10 @@ function executionPage(params, id) {
         const shown = {live: "following live", ended: "not following (the execution is over)"};
         liveSay.textContent = shown[s] || s;
         liveSay.dataset.state = s;
+        channelState(s);
+        // Back after a cut: the events resume after the last one shown; the snapshot is read again.
+        if (s === "live" && connected) refresh();
+        if (s === "live") connected = true;
       },
     });
   }).catch((e) => { main.replaceChildren(heading, problem(e)); });
@@ -567,9 +743,11 @@ function queuePage() {
   const fill = (body, rows, cols, none) =>
     body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", {colspan: cols, class: "muted", text: none}))]));
   const executionLink = (id) => link("/executions/" + id, id, {class: "mono"});
+  // An oldest wait only for a wait the report shows: none due (delayed ones only) is no wait.
   const backlogRow = (g) => el("tr", {"data-capability": g.capability},
     el("td", {text: g.capability}), el("td", {text: String(g.count)}),
-    age(g.oldest_wait_seconds, " s"), el("td", {}, g.oldest ? executionLink(g.oldest) : null),
+    g.count && g.oldest ? age(g.oldest_wait_seconds, " s") : el("td", {class: "age none", text: "—"}),
+    el("td", {}, g.oldest ? executionLink(g.oldest) : null),
     el("td", {text: String(g.delayed || 0)}), el("td", {}, g.next_due_at ? time(g.next_due_at) : null));
   const runningItem = (r) => el("li", {"data-id": r.id}, executionLink(r.id), el("span", {text: ` ${r.capability} `}),
     el("span", {class: "c-state"}, badge(r.state)),
@@ -612,6 +790,8 @@ function queuePage() {
     main.dataset.loaded = "true";
   }
   function tick() {
+    // Cut off, the ages stay as the last read left them (marked stale): the page cannot know.
+    if (connection.since !== null) return;
     const since = (performance.now() - readAt) / 1000;
     let overdue = false;
     for (const a of ages) {
@@ -637,9 +817,16 @@ function queuePage() {
     lastRead = performance.now();
     clearTimeout(safetyTimer);
     controller = new AbortController();
-    try { render(await call("/api/v1/queue", {signal: controller.signal})); }
-    catch (e) { if (e.name === "AbortError") return; taken.replaceChildren(problem(e)); if (e.needsToken) { stopped = true; return; } }
-    finally { reading = false; }
+    try {
+      const report = await call("/api/v1/queue", {signal: controller.signal});
+      connectionPart("reads", true);
+      render(report);
+    } catch (e) {
+      if (e.name === "AbortError") return;
+      // Out of reach, the report stays as read (the banner says since when); an answer that is an error is said.
+      if (!(readOutcome(e) && readAt)) taken.replaceChildren(problem(e));
+      if (e.needsToken) { stopped = true; return; }
+    } finally { reading = false; }
     if (stopped) return;
     safetyTimer = setTimeout(read, QUEUE_SAFETY_MS);
     if (again) readSoon();
@@ -668,10 +855,11 @@ function queuePage() {
     message: (type, data) => { if (!type.startsWith("stream.")) apply(data); },
     state: (s) => {
       main.dataset.live = s;
+      channelState(s);
       if (s === "live" && connected) readSoon();
       if (s === "live") connected = true;
     },
-  });
+  }, {reopen: true});
   read();
   const ticker = setInterval(tick, 1000);
   return () => {
