@@ -9,11 +9,17 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /app
+# The dependencies first, at the versions the lock file pins (a layer that changes only
+# with the lock), then majordomus itself on them, adding nothing (--no-deps); `pip check`
+# stops the build should the lock no longer satisfy what majordomus requires.
+COPY requirements.lock ./
+RUN pip install --no-deps -r requirements.lock
 COPY pyproject.toml README.md ./
 COPY majordomus ./majordomus
 COPY workers ./workers
 COPY api ./api
-RUN pip install ".[server,fast]" \
+RUN pip install --no-deps ".[server,fast]" \
+    && pip check \
     && useradd --create-home --uid 10001 majordomus
 
 # Your own capabilities: copy or install their package here (or in an image built FROM

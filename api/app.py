@@ -409,6 +409,9 @@ def create_app(
         exception_handlers={Exception: make_exception_handler(allowed)},
         middleware=[DefineMiddleware(AccessGuard, settings=settings, live_path=LIVE_PATH)],
         lifespan=[lifespan],
+        # The process's logging is `majordomus.logs`'s: Litestar's default would replace
+        # the root logger's handler with its own format.
+        logging_config=None,
         openapi_config=None,
         request_max_body_size=LIMITS.body_bytes,
         debug=False,

@@ -14,6 +14,8 @@ Once its API answers, `dev` leaves a record of itself (its API's URL, its Redis,
 another terminal finds it and goes through its API, and removes it first when it stops.
 Both run on uvloop, and uvicorn on httptools, where installed (`majordomus.event_loop`;
 `MAJORDOMUS_FAST_LOOP=0` opts out), and their start-up lines say which loop runs.
+uvicorn logs through the process's logging (`majordomus.logs`), its own access log off: the
+API's is `api.access_log`, a line per request unless `MAJORDOMUS_ACCESS_LOG=0`.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from typing import Any
 import msgspec
 import uvicorn
 
+from majordomus.api.access_log import with_access_log
 from majordomus.api.app import API_MAX_CONNECTIONS, client_name, create_app
 from majordomus.api.live import FeedHub
 from majordomus.cli.transport import DevRecord, remove_dev_record, write_dev_record
@@ -93,9 +96,14 @@ class ApiServer(uvicorn.Server):
             await self.lifespan.shutdown()
 
 
-def server_for(app: Any, host: str, port: int, http: str = "h11") -> ApiServer:
+def server_for(
+    app: Any, settings: Settings, host: str, port: int, http: str = "h11"
+) -> ApiServer:
+    """uvicorn serving `app` behind its access log (`api.access_log`), uvicorn's own being
+    off, and uvicorn's logging left to the process's (`majordomus.logs`): `log_config=None`
+    keeps it from installing handlers and a format of its own."""
     config = uvicorn.Config(
-        app,
+        with_access_log(app, settings),
         host=host,
         port=port,
         http=http,
@@ -130,15 +138,20 @@ def run_serve(
     url = settings.redis_url or DEFAULT_URL
     choice = choose(settings.fast_loop)
     app = create_app(msgspec.structs.replace(settings, redis_url=url))
-    server = server_for(app, host, port, choice.http)
+    server = server_for(app, settings, host, port, choice.http)
     base = f"http://{host}:{port}"
 
     async def serve() -> None:
-        print(
-            f"majordomus API on {base} (docs {base}/docs, live {base}{LIVE_PATH}) "
-            f"with Redis {shown_url(url)}, at most {API_MAX_CONNECTIONS} connections; "
-            f"{loop_line(choice)}",
-            flush=True,
+        log.info(
+            "majordomus API on %s (docs %s/docs, live %s%s) with Redis %s, at most %d "
+            "connections; %s",
+            base,
+            base,
+            base,
+            LIVE_PATH,
+            shown_url(url),
+            API_MAX_CONNECTIONS,
+            loop_line(choice),
         )
         await server.serve(sockets=[sock] if sock else None)
 
@@ -176,7 +189,7 @@ async def _dev(
     worker_client = redis.worker_client()
     engine = Engine(api_client, registry, settings)
     app = create_app(settings, engine=engine)
-    server = server_for(app, host, port, choice.http)
+    server = server_for(app, settings, host, port, choice.http)
     worker = build_worker(settings, redis=worker_client, handle_signals=False)
     worker_task = asyncio.create_task(worker.async_run(), name="majordomus-dev-worker")
     banner = asyncio.create_task(_print_banner(server, host, port, app, redis, settings, choice))

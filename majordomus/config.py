@@ -27,6 +27,12 @@ AllowedHost = Annotated[str, msgspec.Meta(pattern=f"^(\\*|{HOST_PATTERN})$")]
 LIST_SETTINGS = frozenset({"capabilities", "allowed_hosts", "encryption_keys"})
 """Settings written as comma-separated lists in the environment."""
 
+LogFormat = Literal["text", "json"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+CASE_FOLDED = {"log_format": str.lower, "log_level": str.upper}
+"""Settings whose value is read whatever its case (`MAJORDOMUS_LOG_LEVEL=debug`)."""
+
 
 class Settings(msgspec.Struct, kw_only=True, frozen=True):
     """Every setting, with its default. The environment name is `MAJORDOMUS_<FIELD>`."""
@@ -93,6 +99,12 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     """For the CLI: go through this API instead of straight to Redis."""
     fast_loop: bool = True
     """Run `serve`, `dev` and `worker` on uvloop, and the API's HTTP on httptools, where they are installed (`pip install "majordomus[fast]"`); `0`: the plain asyncio loop and h11 (`majordomus.event_loop`)."""
+    log_format: LogFormat = "text"
+    """How every process (`serve`, `dev`, `worker`, `mcp`, capabilities' child processes) writes its log to stderr: `text`, a line per record for a person, or `json`, one object per line (`time`, `level`, `logger`, `message`, then fields such as `execution_id`; `majordomus.logs`)."""
+    log_level: LogLevel | None = None
+    """The least severe records logged: `DEBUG`, `INFO`, `WARNING`, `ERROR` or `CRITICAL`; unset: `INFO` (`WARNING` for `majordomus mcp`, whose client reads its stderr)."""
+    access_log: bool = True
+    """Whether the API logs a line per HTTP request (logger `majordomus.access`, at INFO: method, path, status, duration, actor), when its response ends; `0`: none."""
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None, **overrides: Any) -> Settings:
@@ -104,6 +116,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
                 continue
             if name in LIST_SETTINGS:
                 raw[name] = [m.strip() for m in value.split(",") if m.strip()]
+            elif name in CASE_FOLDED:
+                raw[name] = CASE_FOLDED[name](value.strip())
             else:
                 raw[name] = value
         raw.update(overrides)

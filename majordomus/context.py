@@ -271,6 +271,7 @@ class ExecutionContext(Context):
             cap=REPORTS_RETRY_CAP_SECONDS,
             traceback=False,
             loop="report_writer",
+            fields={"execution_id": self.execution_id},
         )
 
     @property
@@ -534,6 +535,7 @@ class ExecutionContext(Context):
             dropped,
             self.kept_seconds,
             REPORTS_LOST,
+            extra={"execution_id": self.execution_id},
         )
 
     def _lost_reports(self, count: int) -> None:

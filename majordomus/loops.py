@@ -22,7 +22,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from majordomus.metrics import METRICS
@@ -58,7 +58,8 @@ class Failures:
     `first` and `cap` bound the backoff; `traceback=False` keeps the first line short, for
     a loop of which there are many (one report writer per execution) whose outage the
     process's own loops already show in full. `loop` is its name in the metrics (bounded:
-    never an id); by default `loop_name(what)`.
+    never an id); by default `loop_name(what)`. `fields` go with each of its lines as
+    `extra=` (an execution's `execution_id`: a field of the JSON log, `majordomus.logs`).
     """
 
     def __init__(
@@ -71,8 +72,10 @@ class Failures:
         cap: float = BACKOFF_CAP_SECONDS,
         traceback: bool = True,
         loop: str | None = None,
+        fields: Mapping[str, Any] | None = None,
     ) -> None:
         self.log = log
+        self.fields = fields
         self.loop = loop or loop_name(what)
         self.traceback = traceback
         self.what = what
@@ -110,6 +113,7 @@ class Failures:
                 self.what,
                 _text(exc),
                 exc_info=exc if self.traceback else None,
+                extra=self.fields,
             )
             return
         if now - self._said_at >= self.every:
@@ -121,6 +125,7 @@ class Failures:
                 now - (self.since or now),
                 self.count - self._said_count,
                 _text(exc),
+                extra=self.fields,
             )
             self._said_at = now
             self._said_count = self.count
@@ -130,7 +135,11 @@ class Failures:
             return
         METRICS.redis_reconnects.labels(self.loop).inc()
         self.log.info(
-            "%s recovered after %d failures in %.1fs", self.what, self.count, self.for_seconds
+            "%s recovered after %d failures in %.1fs",
+            self.what,
+            self.count,
+            self.for_seconds,
+            extra=self.fields,
         )
         self.count = 0
         self.since = None

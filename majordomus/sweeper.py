@@ -315,6 +315,8 @@ class Sweeper:
                 len(failed),
                 shown,
                 more,
+                # Every one, as a field (a worker runs at most its MAX_JOBS at once).
+                extra={"execution_ids": failed, "worker_id": worker_id},
             )
         return len(failed)
 
@@ -353,6 +355,7 @@ class Sweeper:
                 "execution_id=%s was not lost after all: cancelling the retry %s made for it",
                 execution_id,
                 end.retry,
+                extra={"execution_id": execution_id},
             )
             await self._withdraw(end.retry)
         return result
@@ -391,7 +394,12 @@ class Sweeper:
         except UNREACHABLE:
             raise
         except Exception as exc:  # noqa: BLE001  failed unretried, as without a policy
-            log.warning("execution_id=%s: its retry could not be started: %s", execution_id, exc)
+            log.warning(
+                "execution_id=%s: its retry could not be started: %s",
+                execution_id,
+                exc,
+                extra={"execution_id": execution_id},
+            )
             return _LostEnd([])
         # Only a retry this pass made is withdrawn should the failure be refused; one found
         # linked already is its worker's, which may yet fail the attempt itself.
@@ -404,4 +412,6 @@ class Sweeper:
         try:
             await self.engine.cancel(retry_id, by="sweeper")
         except Exception as exc:  # noqa: BLE001  said; a cancel of it by hand ends it too
-            log.warning("could not cancel the retry %s: %s", retry_id, exc)
+            log.warning(
+                "could not cancel the retry %s: %s", retry_id, exc, extra={"execution_id": retry_id}
+            )

@@ -291,7 +291,12 @@ class WorkerRuntime:
         if run is None or run.timed_out is not None or run.ctx.cancelled():
             return  # gone, or already asked to stop (a cancel, the worker's stop)
         run.timed_out = seconds
-        log.warning("execution_id=%s ran past its timeout of %gs; stopping it", execution_id, seconds)
+        log.warning(
+            "execution_id=%s ran past its timeout of %gs; stopping it",
+            execution_id,
+            seconds,
+            extra={"execution_id": execution_id},
+        )
         run.ctx.request_cancel("timeout")
         if run.force_timer is None:
             run.force_timer = asyncio.get_running_loop().call_later(
@@ -301,7 +306,11 @@ class WorkerRuntime:
     def _force_stop(self, execution_id: str) -> None:
         run = self.running.get(execution_id)
         if run is not None and run.stop_handler():
-            log.warning("execution_id=%s ignored its cancel flag; stopping it", execution_id)
+            log.warning(
+                "execution_id=%s ignored its cancel flag; stopping it",
+                execution_id,
+                extra={"execution_id": execution_id},
+            )
 
     async def beat(self) -> None:
         """Renew the lease and publish presence (id, host, pid, started, running, last beat)."""
@@ -419,7 +428,8 @@ class WorkerRuntime:
         try:
             secret = self.store.sealer.open(taken.secret) if taken.secret else None
         except SealError as exc:  # altered in Redis, or its key is not among this worker's
-            log.error("execution_id=%s: %s", execution_id, exc.message)
+            fields = {"execution_id": execution_id}
+            log.error("execution_id=%s: %s", execution_id, exc.message, extra=fields)
             return await self._fail_at_once(execution_id, exc, "input sealed with an unknown key")
         return await self._run_claimed(
             cap, execution_id, secret, bool(cap.max_concurrency), taken.timeout_ms
@@ -532,11 +542,12 @@ class WorkerRuntime:
     ) -> str:
         execution_id = ctx.execution_id or ""
         error = error_of(exc, execution_id)
+        fields = {"execution_id": execution_id}
         if isinstance(exc, OutputInvalid):
-            log.error("execution_id=%s: %s", execution_id, exc.message)
+            log.error("execution_id=%s: %s", execution_id, exc.message, extra=fields)
             ctx.diagnostic("error", OUTPUT_CODE, exc.message, suggestion=exc.suggestion)
         elif isinstance(exc, ChildDied):
-            log.error("execution_id=%s: %s", execution_id, exc.message)
+            log.error("execution_id=%s: %s", execution_id, exc.message, extra=fields)
             ctx.diagnostic(
                 "error",
                 CHILD_DIED_CODE,
@@ -545,7 +556,7 @@ class WorkerRuntime:
                 exc.suggestion,
             )
         elif error.code == "internal" and not isinstance(exc, MajordomusError):
-            log.error("execution_id=%s failed", execution_id, exc_info=exc)
+            log.error("execution_id=%s failed", execution_id, exc_info=exc, extra=fields)
             if self.settings.failure_details:
                 shown = exception_text(exc, ctx)
                 ctx.diagnostic(
@@ -585,6 +596,7 @@ class WorkerRuntime:
             cap=RETRY_START_RETRY_CAP_SECONDS,
             traceback=False,
             loop="retry_start",
+            fields={"execution_id": execution_id},
         )
         deadline = time.monotonic() + RETRY_START_SECONDS
         # A timeout asks the handler to stop as a cancel does, but is a failure, retried
@@ -597,12 +609,19 @@ class WorkerRuntime:
             except UNREACHABLE as exc:
                 failures.failed(exc)
                 if time.monotonic() > deadline:
-                    log.warning("execution_id=%s: its retry could not be started", execution_id)
+                    log.warning(
+                        "execution_id=%s: its retry could not be started",
+                        execution_id,
+                        extra=failures.fields,
+                    )
                     return
                 await failures.pause()
             except Exception as exc:  # noqa: BLE001  it ends failed, unretried, as without a policy
                 log.warning(
-                    "execution_id=%s: its retry could not be started: %s", execution_id, exc
+                    "execution_id=%s: its retry could not be started: %s",
+                    execution_id,
+                    exc,
+                    extra=failures.fields,
                 )
                 return
 

@@ -252,15 +252,27 @@ class MajordomusWorker(Worker):
         nothing is cleared after. Like arq, a failure is counted and logged here, not
         raised."""
         runtime = self._runtime()
+        said = log.isEnabledFor(logging.DEBUG)  # a line per execution: at DEBUG only
+        if said:
+            fields = {"execution_id": taken.execution_id, "capability": taken.capability}
+            log.debug(
+                "execution_id=%s: running %s", taken.execution_id, taken.capability, extra=fields
+            )
         try:
-            await runtime.run_taken(taken)
+            ended = await runtime.run_taken(taken)
         except asyncio.CancelledError:  # the worker torn down: the sweeper ends it
             self.jobs_retried += 1
         except Exception:
             self.jobs_failed += 1
-            log.exception("execution_id=%s: its run failed", taken.execution_id)
+            log.exception(
+                "execution_id=%s: its run failed",
+                taken.execution_id,
+                extra={"execution_id": taken.execution_id},
+            )
         else:
             self.jobs_complete += 1
+            if said:
+                log.debug("execution_id=%s: ended %s", taken.execution_id, ended, extra=fields)
 
     def _runtime(self) -> WorkerRuntime:
         if self.runtime is None:

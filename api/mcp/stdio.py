@@ -7,8 +7,6 @@ only runs the server; what it serves is `api.mcp.server`'s.
 
 from __future__ import annotations
 
-import logging
-
 import anyio
 
 from majordomus.api.live import FeedHub
@@ -16,13 +14,15 @@ from majordomus.api.mcp.server import McpSurface
 from majordomus.config import Settings
 from majordomus.engine import Engine
 from majordomus.loading import load_capabilities
+from majordomus.logs import configure_from
 from majordomus.store.connect import connect
 
 
 def run_stdio(settings: Settings) -> None:
     """`majordomus mcp`: serve the capabilities over stdio until the client closes it."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
+    # On stderr, as every process logs; stdout is the client's. WARNING unless the settings
+    # name a level: the client shows this stream to its user.
+    configure_from(settings, default_level="WARNING")
     anyio.run(serve_stdio, settings)
 
 

@@ -24,9 +24,11 @@ from typing import Any
 
 import msgspec
 
+from majordomus.config import settings
 from majordomus.context import Context, ExecutionCancelled, held, sleep_unless
 from majordomus.errors import MajordomusError
 from majordomus.handler_threads import in_thread
+from majordomus.logs import configure_from
 from majordomus.model import LogStream, Severity
 
 from . import wire
@@ -271,4 +273,7 @@ def main(conn: Connection, cap_id: str, module: str, qualname: str) -> None:
     # Ctrl-C in a terminal reaches the whole process group: the worker decides when its
     # executions stop, not the key press.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # What the handler logs (`logging`, a library it calls) is written as its worker's lines
+    # are: a child, spawned or forked from the fork server, has no logging of its own.
+    configure_from(settings())
     asyncio.run(_serve(conn, cap_id, module, qualname))

@@ -47,9 +47,10 @@ def _sentence(text: str) -> str:
 
 
 def _logging() -> None:
-    import logging
+    """This process's log, in the one format every process shares (`majordomus.logs`)."""
+    from majordomus.logs import configure_from
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    configure_from(settings())
 
 
 LOOPBACK_NAMES = frozenset({"localhost"})
@@ -175,10 +176,10 @@ def worker(
     ),
 ) -> None:
     """Run an arq worker on MAJORDOMUS_REDIS_URL (default redis://127.0.0.1:6379/0)."""
+    _logging()
     _require_redis()
     from majordomus.workers.settings import build_worker
 
-    _logging()
     _serve_worker_metrics(metrics_host)
     overrides = {"max_jobs": max_jobs} if max_jobs else {}
     _worker_loop()
@@ -195,11 +196,11 @@ def dev(
     """Run the API and a worker in one process, on MAJORDOMUS_REDIS_URL or, when none is set,
     on an embedded Redis or Valkey server it starts and stops itself (in-process fakeredis
     when there is none; the banner says which)."""
+    _logging()
     _require_token_beyond_loopback("dev", host, port, insecure_no_token)
     sock = _listening(host, port)
     from majordomus.api.launch import run_dev
 
-    _logging()
     run_dev(host, port, settings(), sock)
 
 
@@ -212,12 +213,12 @@ def serve(
 ) -> None:
     """Run the HTTP API (with the live channel and MCP at /mcp) on MAJORDOMUS_REDIS_URL.
     Beyond loopback it needs MAJORDOMUS_API_TOKEN (or --insecure-no-token)."""
+    _logging()
     _require_token_beyond_loopback("serve", host, port, insecure_no_token)
     _require_redis()
     sock = _listening(host, port)
     from majordomus.api.launch import run_serve
 
-    _logging()
     run_serve(host, port, settings(), sock)
 
 

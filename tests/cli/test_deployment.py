@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import typer
 import yaml
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from majordomus.cli import app
 from majordomus.cli.commands import register
@@ -18,7 +20,32 @@ from majordomus.config import ENV_PREFIX, Settings
 from majordomus.docs import settings_table
 from tests.conftest import ROOT
 
-COMPOSE = yaml.safe_load((ROOT / "compose.yaml").read_text())
+
+class UniqueKeys(yaml.SafeLoader):
+    """YAML as compose reads it: a key given twice in one mapping is an error (PyYAML alone
+    keeps the last), merged keys (`<<:`) aside."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        keys = [
+            self.construct_object(key, deep=True)
+            for key, _ in node.value
+            if key.tag != "tag:yaml.org,2002:merge"
+        ]
+        twice = sorted({str(k) for k in keys if keys.count(k) > 1})
+        if twice:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"keys given twice: {twice}", node.start_mark
+            )
+        return super().construct_mapping(node, deep)
+
+
+def compose_of(text: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.load(text, Loader=UniqueKeys)  # noqa: S506  a SafeLoader
+    return loaded
+
+
+COMPOSE_TEXT = (ROOT / "compose.yaml").read_text()
+COMPOSE = compose_of(COMPOSE_TEXT)
 SERVICES: dict[str, Any] = COMPOSE["services"]
 SUBSTITUTION = re.compile(r"^\$\{(?P<name>[A-Z0-9_]+)(?::-(?P<default>.*)|:\?(?P<required>.+))?\}$")
 """`${NAME}`, `${NAME:-default}`, or `${NAME:?why}`: required, compose stops saying why."""
@@ -88,16 +115,54 @@ def test_the_worker_runs_worker_and_can_be_scaled() -> None:
     assert "container_name" not in worker and "ports" not in worker
 
 
-def environments() -> list[tuple[str, str, str]]:
+ALTERNATIVE_LINE = re.compile(
+    r"^(?P<indent> *)# (?P<yaml>- \S+|MAJORDOMUS_[A-Z0-9_]+: .+|[a-z_]+: \[.*\])$"
+)
+"""A commented-out line of YAML that compose.yaml offers to uncomment (a list item, a
+setting, a key with a list), as opposed to a comment in prose."""
+
+
+def uncommented(text: str) -> str:
+    """compose.yaml with every alternative it offers taken, as its comments say to."""
+    lines = []
+    for line in text.splitlines():
+        matched = ALTERNATIVE_LINE.match(line)
+        lines.append(f"{matched['indent']}{matched['yaml']}" if matched else line)
+    return "\n".join(lines) + "\n"
+
+
+def test_the_workers_metrics_alternative_is_valid_compose_once_uncommented() -> None:
+    # Uncommented as compose.yaml says, it is still one command (not two `command:` keys)
+    # of real options, and the port a setting.
+    assert uncommented(COMPOSE_TEXT) != COMPOSE_TEXT, "compose.yaml offers no alternative"
+    worker = compose_of(uncommented(COMPOSE_TEXT))["services"]["worker"]
+    given = check_command(worker["command"])
+    assert given == {"--metrics-host": "0.0.0.0"}
+    port = worker["environment"]["MAJORDOMUS_METRICS_PORT"]
+    assert Settings.from_env({"MAJORDOMUS_METRICS_PORT": str(port)}).metrics_port == 9100
+    assert SERVICES["worker"]["command"] == ["majordomus", "worker"]
+
+
+def test_a_key_given_twice_is_refused_as_compose_refuses_it() -> None:
+    with pytest.raises(yaml.constructor.ConstructorError, match="given twice"):
+        compose_of("worker:\n  command: [a]\n  command: [b]\n")
+
+
+def environments(services: dict[str, Any] = SERVICES) -> list[tuple[str, str, str]]:
     return [
         (service, name, str(value))
-        for service, spec in SERVICES.items()
+        for service, spec in services.items()
         if service != "redis"
         for name, value in spec["environment"].items()
     ]
 
 
-@pytest.mark.parametrize(("service", "name", "value"), environments())
+@pytest.mark.parametrize(
+    ("service", "name", "value"),
+    sorted(
+        set(environments()) | set(environments(compose_of(uncommented(COMPOSE_TEXT))["services"]))
+    ),
+)
 def test_every_variable_is_a_setting_and_every_default_is_the_settings_own(
     service: str, name: str, value: str
 ) -> None:
@@ -147,8 +212,11 @@ def test_the_image_installs_every_package_the_project_ships() -> None:
     tops = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
     for package in sorted(tops):
         assert f"COPY {package} ./{package}" in dockerfile
-    # The image runs on uvloop and httptools, as `fast` brings them; nothing else extra.
-    assert 'RUN pip install ".[server,fast]"' in dockerfile
+    # The image runs on uvloop and httptools, as `fast` brings them; nothing else extra,
+    # and nothing but what the lock file pins (`test_the_lock_file_pins_...`).
+    assert "RUN pip install --no-deps -r requirements.lock" in dockerfile
+    assert 'RUN pip install --no-deps ".[server,fast]"' in dockerfile
+    assert dockerfile.index("requirements.lock") < dockerfile.index("COPY majordomus")
     assert set(pyproject["project"]["optional-dependencies"]["fast"]) <= set(
         pyproject["project"]["optional-dependencies"]["test"]
     ), "the suite runs what the image runs"
@@ -162,3 +230,47 @@ def test_the_readme_carries_the_settings_table_generated_from_settings() -> None
         "README.md's settings table differs from Settings; regenerate it with\n"
         "  python -c 'from majordomus.docs import settings_table; print(settings_table())'"
     )
+
+
+def image_python() -> str:
+    """The Python version of the image (`FROM python:3.12-slim`: `3.12`)."""
+    matched = re.search(r"^FROM python:(\d+\.\d+)", (ROOT / "Dockerfile").read_text(), re.M)
+    assert matched is not None, "the Dockerfile's base is no python image"
+    return matched[1]
+
+
+def locked() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for line in (ROOT / "requirements.lock").read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        name, _, version = line.partition("==")
+        assert version, f"requirements.lock: {line!r} is no exact pin"
+        pins[canonicalize_name(name)] = version.strip()
+    return pins
+
+
+def test_the_lock_file_pins_every_dependency_of_the_image_at_a_version_it_accepts() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    extras = project["optional-dependencies"]
+    wanted = [*project["dependencies"], *extras["server"], *extras["fast"]]
+    environment = {
+        "python_version": image_python(),
+        "python_full_version": f"{image_python()}.0",
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "implementation_name": "cpython",
+    }
+    pins = locked()
+    assert "majordomus" not in pins, "the lock pins dependencies, not majordomus itself"
+    for text in wanted:
+        requirement = Requirement(text)
+        if requirement.marker and not requirement.marker.evaluate(environment):
+            continue
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"requirements.lock pins no {requirement.name} ({text})"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f"requirements.lock pins {name}=={pins[name]}, outside {text}"
+        )
