@@ -89,6 +89,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     """A worker's long-poll fallback when no wake-up signal arrives."""
     feed_max_events: int = 10_000
     """Entries kept in the global feed that the unscoped live channel resumes from (in each partition's feed)."""
+    live_backlog: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 10_000
+    """Feed entries an API process holds in memory for its unscoped live channels, each of which sends from it at its own client's pace; a client further behind than this is told exactly what it was not sent (`stream.lagged` with the cursors around the gap) and goes on from the oldest entry held. About 1 KiB each."""
     key_prefix: str = "md"
     """Prefix of every Redis key majordomus writes, arq's worker health record included (`<prefix>:queue:health-check`)."""
     partitions: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 1

@@ -356,8 +356,16 @@ class StreamReadyData(msgspec.Struct, omit_defaults=True):
     executions: list[str] | UnsetType = UNSET
 
 
-class StreamLaggedData(msgspec.Struct):
+class StreamLaggedData(msgspec.Struct, omit_defaults=True):
     dropped: int
+    """Exactly how many events this channel was not sent: its client will never see them
+    on this connection, and nothing it was sent is among them."""
+    after: str | None = None
+    """On the unscoped channel, the cursor of the last event sent before the gap: what was
+    dropped lies after it and up to `upto`, and a channel opened with `after` set to it
+    replays them (while the store still holds them)."""
+    upto: str | None = None
+    """On the unscoped channel, the cursor after the gap, where the channel goes on."""
 
 
 class StreamClosingData(msgspec.Struct):

@@ -161,9 +161,7 @@ class LiveChannel:
 
     def _scope_of(self, request: ChannelRequest, listener: Listener) -> ChannelScope:
         if request.execution_id is None:
-            return FeedScope(
-                self.engine, request.cursor, listener.start_id, self.settings.feed_max_events
-            )
+            return FeedScope(self.engine, request.cursor, listener, self.settings.feed_max_events)
         return ExecutionScope(self.engine, request.execution_id, int(request.cursor or 0))
 
     async def _serve(
@@ -200,10 +198,11 @@ class LiveChannel:
                 chunk = []
             await stream.settle()
             listener.passes = passthrough
+            listener.sends = passthrough.sends
             try:
                 woke = await listener.wait(heartbeat)
             finally:
-                listener.passes = None
+                listener.passes = listener.sends = None
             if not woke:
                 ending = await scope.idle()
                 if ending is None:
@@ -239,4 +238,16 @@ class Passthrough:
             return False
         if not stream.write_now(message):
             self.listener.nudge()  # its loop settles the write before anything else
+        return True
+
+    def sends(self) -> bool:
+        """`Listener.sends` of a waiting unscoped channel: what the backlog holds past its
+        position, written at once (at most `WRITE_BYTES`; its loop is woken for the rest,
+        or to settle a write that suspended)."""
+        stream = self.stream
+        if stream.pending is not None:
+            return False
+        message = self.scope.unsent()
+        if message is not None and not stream.write_now(message) or self.listener.unread:
+            self.listener.nudge()
         return True

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 
@@ -49,6 +50,16 @@ FEED_PAGE = 1000
 """Feed entries read per call, by the shared reader and by a catching-up unscoped channel."""
 HUB_START_WAIT = 5.0
 """How long a new channel waits for the shared reader to reach Redis before answering 503."""
+FEED_SHARE = 4.0
+"""Feeding the unscoped channels takes at most 1/FEED_SHARE of the loop's time: after a
+round that worked t, the next waits (FEED_SHARE - 1) * t."""
+FEED_SLICE_SECONDS = 0.002
+TURN_BUDGET_SECONDS = 0.002
+"""What the unscoped channels' own writes may take of one turn of the event loop (`Turns`)."""
+"""The longest a round of feeding runs before letting the loop's other work go first."""
+WRITE_BYTES = 65_536
+"""The most an unscoped channel writes at once from the backlog (a slow client's server
+buffer holds about this beyond its high-water mark)."""
 READER_BACKOFF_CAP_SECONDS = 2.0
 """The longest wait between two attempts of the shared reader while Redis is away, so live
 channels resume within two seconds of its return."""
@@ -78,7 +89,7 @@ class FeedEntry:
 
     __slots__ = (
         "feed_id", "partition", "stream_id", "key", "previous", "execution_id", "sequence",
-        "envelope", "type", "_scoped", "_feed",
+        "envelope", "type", "ordinal", "_scoped", "_feed",
     )  # fmt: skip
 
     def __init__(
@@ -106,6 +117,8 @@ class FeedEntry:
         self.sequence = sequence
         self.envelope = envelope
         self.type = head_of(envelope).type
+        self.ordinal = 0
+        """Its place among the entries of its partition the hub dispatched (`Backlog`)."""
         self._scoped: bytes | None = None
         self._feed: bytes | None = None
 
@@ -136,6 +149,115 @@ def feed_entries(raw: Iterable[StoredFeedEntry], after: str) -> list[FeedEntry]:
         )
         previous = cursor
     return entries
+
+
+class Turns:
+    """How much of one turn of the event loop the unscoped channels' own loops may take.
+
+    Clients that read slowly become writable together (one poll of the loop can wake
+    hundreds), and each then writes what it missed: run in one turn, those writes would
+    hold every request that came meanwhile. Each write is timed (`spent`) against the
+    turn's budget; once it is spent, the channels that want to write queue (`take`) and
+    are let go, first come first, as many as the budget fits by their recent cost, a turn
+    later: the loop polls its sockets in between, so requests go first."""
+
+    def __init__(self, budget: float = TURN_BUDGET_SECONDS) -> None:
+        self.budget = budget
+        self.used = 0.0
+        self.cost = budget / 10
+        """What one write has cost lately (a moving average)."""
+        self.waiting: deque[asyncio.Future[None]] = deque()
+        self._resetting = False
+
+    async def take(self) -> None:
+        if self.used >= self.budget or self.waiting:
+            turn = asyncio.get_running_loop().create_future()
+            self.waiting.append(turn)
+            self._reset_soon()
+            await turn
+        self._reset_soon()
+
+    def spent(self, seconds: float) -> None:
+        self.used += seconds
+        self.cost += (seconds - self.cost) / 8
+
+    def _reset_soon(self) -> None:
+        if not self._resetting:
+            self._resetting = True
+            asyncio.get_running_loop().call_soon(self._reset)
+
+    def _reset(self) -> None:
+        self._resetting = False
+        self.used = 0.0
+        let_go = max(1, int(self.budget / max(self.cost, 1e-6)))
+        waiting = self.waiting
+        while waiting and let_go:
+            turn = waiting.popleft()
+            if not turn.done():  # a channel that went away meanwhile gave its place up
+                turn.set_result(None)
+                let_go -= 1
+        if waiting:
+            self._reset_soon()
+
+
+class Backlog:
+    """The last entries the hub dispatched, in memory, read by every unscoped channel.
+
+    An unscoped channel is a position in it (`Listener.next`, and per partition the next
+    ordinal it has not sent, `Listener.sent`), not a buffer of its own: the hub appends an
+    entry once, each channel sends from its position at the pace its client reads, and a
+    slow channel costs nothing until it writes. A channel further behind than the backlog
+    holds is told exactly what it was not sent: the entries of each partition between its
+    ordinal and the oldest one held (`missed`), and the cursors around them.
+
+    A fixed array indexed modulo its size, so that a channel reads from its position in
+    constant time however far the backlog goes."""
+
+    def __init__(self, size: int, partitions: int) -> None:
+        self.turns = Turns()
+        """The share of a loop turn its readers' own loops take (`FeedScope.advance`)."""
+        self.size = max(1, size)
+        self.slots: list[FeedEntry | None] = [None] * self.size
+        self.base = 0
+        """The index of the oldest entry held (indices count every entry dispatched)."""
+        self.head = 0
+        """The index the next entry dispatched takes."""
+        self.base_cursor: str | None = None
+        """The feed cursor before the oldest entry held: after every entry dropped."""
+        self.ordinals = [0] * partitions
+        """Per partition, the ordinal the next entry of that partition takes."""
+        self.base_ordinals = [0] * partitions
+        """Per partition, the ordinal of its oldest entry held (so how many were dropped)."""
+
+    def add(self, entries: list[FeedEntry]) -> None:
+        size, slots, ordinals = self.size, self.slots, self.ordinals
+        for entry in entries:
+            index = self.head
+            if index - self.base >= size:
+                old = slots[self.base % size]
+                assert old is not None
+                self.base += 1
+                self.base_cursor = old.feed_id
+                self.base_ordinals[old.partition] = old.ordinal + 1
+            entry.ordinal = ordinals[entry.partition]
+            ordinals[entry.partition] += 1
+            slots[index % size] = entry
+            self.head = index + 1
+
+    def at(self, index: int) -> FeedEntry:
+        entry = self.slots[index % self.size]
+        assert entry is not None and self.base <= index < self.head
+        return entry
+
+    def attach(self, listener: Listener) -> None:
+        """Make `listener` read from here, from the next entry dispatched on."""
+        listener.backlog = self
+        listener.next = self.head
+        listener.sent = list(self.ordinals)
+
+    def missed(self, sent: list[int]) -> int:
+        """How many entries no longer held lie past `sent` (a channel's ordinals)."""
+        return sum(max(0, held - mine) for held, mine in zip(self.base_ordinals, sent, strict=True))
 
 
 class Listener:
@@ -174,8 +296,24 @@ class Listener:
         """Set by an owner while it waits with nothing buffered (a live channel's
         `Passthrough`): takes an entry straight through (True: handled, nothing to wake
         for) or declines it (False: buffered and woken for, as without it)."""
+        self.sends: Callable[[], bool] | None = None
+        """An unscoped listener's `passes`: set by its owner while it waits, it sends what
+        the backlog holds past its position straight from the hub's task (True), or leaves
+        it to the owner's loop, woken (False)."""
         self._timeout = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.backlog: Backlog | None = None
+        """An unscoped listener's source: it is offered nothing, it reads the backlog."""
+        self.next = 0
+        """An unscoped listener's position in the backlog: the next index to send."""
+        self.sent: list[int] = []
+        """An unscoped listener's next ordinal per partition: those below are sent (or were
+        before its cursor)."""
+
+    @property
+    def waiting(self) -> bool:
+        """Whether its owner waits (`wait`) right now."""
+        return self._waiter is not None
 
     def offer(self, entry: FeedEntry) -> None:
         passes = self.passes
@@ -218,9 +356,20 @@ class Listener:
         self.missed, self.missed_first, self.missed_last = 0, None, None
         self.missed_from = None
 
+    def fed(self) -> None:
+        """Its owner's `passes` sent what the backlog had: the silence its wait times starts
+        again now."""
+        if self._loop is not None:
+            self._deadline = self._loop.time() + self._timeout
+
+    @property
+    def unread(self) -> bool:
+        """An unscoped listener with backlog entries past its position."""
+        return self.backlog is not None and self.next < self.backlog.head
+
     async def wait(self, timeout: float) -> bool:
         """Until there is something to do (an entry, being behind, closing); False on timeout."""
-        if self.items or self.behind or self.closing:
+        if self.items or self.behind or self.closing or self.unread:
             return True
         # A bare future and a timer rather than `wait_for` on an `Event`: a fan-out wakes
         # every listener of an execution per event, and `wait_for` costs each a new task.
@@ -275,7 +424,14 @@ class FeedHub:
         self.healthy = False
         self.closed = False
         self.dispatched = 0
+        self.backlog = Backlog(settings.live_backlog, settings.partitions)
         self._task: asyncio.Task[None] | None = None
+        self._feeding: asyncio.Handle | None = None
+        self._feed_after = 0.0
+        """The `perf_counter` time before which the unscoped channels are not fed again."""
+        self._round: deque[Listener] = deque()
+        """The unscoped listeners the current round of `_feed` has still to feed."""
+        self._round_work = 0.0
 
     # -- life --
 
@@ -284,6 +440,9 @@ class FeedHub:
 
     async def stop(self, reason: str = "server stopping") -> None:
         self.close_all(reason)
+        if self._feeding is not None:
+            self._feeding.cancel()
+            self._feeding = None
         if self._task is not None:
             task, self._task = self._task, None
             await stop_task(task, log)
@@ -310,6 +469,7 @@ class FeedHub:
             try:
                 if self.cursor is None:
                     self.cursor = newest_cursor(await self.engine.feed_state())
+                    self.backlog.base_cursor = self.cursor
                     self.started.set()
                 cursor = self.cursor
                 entries = feed_entries(
@@ -331,14 +491,55 @@ class FeedHub:
                 self._dispatch(entries)
 
     def _dispatch(self, entries: list[FeedEntry]) -> None:
-        for entry in entries:
-            for listener in self.unscoped:
-                listener.offer(entry)
-            group = self.scoped.get(entry.execution_id)
-            if group:
-                for listener in group:
-                    listener.offer(entry)
+        self.backlog.add(entries)
+        scoped = self.scoped
+        if scoped:
+            for entry in entries:
+                group = scoped.get(entry.execution_id)
+                if group:
+                    for listener in group:
+                        listener.offer(entry)
         self.dispatched += len(entries)
+        if self.unscoped and self._feeding is None:
+            loop = asyncio.get_running_loop()
+            if time.perf_counter() >= self._feed_after:
+                self._feed()
+            else:
+                delay = self._feed_after - time.perf_counter()
+                self._feeding = loop.call_later(delay, self._feed)
+
+    def _feed(self) -> None:
+        """Hand the backlog's new entries to every unscoped channel: written at once for a
+        channel waiting with its client keeping up, left to the others' own loops (one
+        writing to a slow client reads from its position when its write completes).
+
+        A round of every channel goes in slices of at most `FEED_SLICE_SECONDS`, each after
+        what else waits on the loop (a start, a page), and rounds take at most a
+        `FEED_SHARE`th of the time: with many channels, the entries go out in fewer, bigger
+        writes, and the process's other work keeps its pace."""
+        t0 = time.perf_counter()
+        round_ = self._round
+        if not round_:
+            round_.extend(self.unscoped)
+            self._round_work = 0.0
+        head = self.backlog.head
+        while round_:
+            listener = round_.popleft()
+            if listener.next < head and listener.closing is None and listener.waiting:
+                sends = listener.sends
+                if sends is not None and sends():
+                    listener.fed()
+                else:
+                    listener.nudge()
+            if time.perf_counter() - t0 > FEED_SLICE_SECONDS:
+                break
+        now = time.perf_counter()
+        self._round_work += now - t0
+        if round_:
+            self._feeding = asyncio.get_running_loop().call_soon(self._feed)
+            return
+        self._feeding = None
+        self._feed_after = now + (FEED_SHARE - 1) * self._round_work
 
     # -- listeners --
 
@@ -347,6 +548,7 @@ class FeedHub:
     ) -> Listener:
         listener = Listener(execution_id, self.buffer, self.cursor, wake)
         if execution_id is None:
+            self.backlog.attach(listener)
             self.unscoped.add(listener)
         else:
             self.scoped.setdefault(execution_id, set()).add(listener)

@@ -19,11 +19,13 @@ runs the one loop every scope follows).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator
 from typing import Protocol
 
 from majordomus.api.live.feed import (
     FEED_PAGE,
+    WRITE_BYTES,
     FeedEntry,
     Listener,
     feed_entries,
@@ -64,6 +66,10 @@ class ChannelScope(Protocol):
 
     async def idle(self) -> Ending:
         """A heartbeat passed with nothing to send: whether the channel ends now."""
+
+    def unsent(self) -> bytes | None:
+        """What the channel's source holds past its position, with the position moved past
+        it (the unscoped channel's backlog); None: nothing, or entries come by `advance`."""
 
 
 class ExecutionScope:
@@ -141,6 +147,9 @@ class ExecutionScope:
         self.last = seq
         return entry.scoped_message()
 
+    def unsent(self) -> bytes | None:
+        return None  # its entries are offered to its listener, and sent by `advance`
+
     async def idle(self) -> Ending:
         """A quiet execution is looked up once a heartbeat: one Redis no longer has (it came
         back empty) ends the channel, rather than heartbeats for ever."""
@@ -187,16 +196,28 @@ class FeedScope:
     entry is new when it lies past its own partition's position, whatever the order the
     partitions' entries arrive in. The id sent with an entry is the channel's cursor moved
     past it: the entry's shared message when the channel stood where the hub stood before
-    it (`FeedEntry.previous`, the usual case), else a message of its own (after a replay
-    that went past the hub in some partition, until the hub is there too)."""
+    it (`FeedEntry.previous`, the usual case), else a message of its own.
+
+    Its history (after the client's cursor) is read from Redis up to where the hub's
+    backlog begins; from there it sends from the backlog (`Backlog`), at its client's
+    pace, and never reads Redis again. A channel the backlog left behind is told exactly
+    how many entries it was not sent, with the cursors around them (`stream.lagged`), and
+    goes on from the oldest entry held."""
 
     def __init__(
-        self, engine: Engine, cursor: str | None, start_id: str | None, feed_max_events: int
+        self,
+        engine: Engine,
+        cursor: str | None,
+        listener: Listener,
+        feed_max_events: int,
     ) -> None:
         self.engine = engine
         self.cursor = cursor
+        self.listener = listener
+        assert listener.backlog is not None, "an unscoped listener reads the hub's backlog"
+        self.backlog = listener.backlog
         self.feed_max_events = feed_max_events
-        self._move_to(start_id or start_cursor(engine.settings.partitions))
+        self._move_to(listener.start_id or start_cursor(engine.settings.partitions))
         self.replay_upto: str | None = None
 
     def _move_to(self, cursor: str) -> None:
@@ -210,6 +231,20 @@ class FeedScope:
         if self.cursor is not None:
             cursor = self.engine.feed_cursor(self.cursor)
             self._move_to(cursor)
+            # Redis up to the backlog's start, the backlog from there: the listener's
+            # position moves to the backlog's start, past what it already has.
+            backlog, listener = self.backlog, self.listener
+            upto = backlog.base_cursor or cursor
+            listener.next = backlog.base
+            listener.sent = list(backlog.base_ordinals)
+            # What the backlog holds past the cursor is history too (sent from memory):
+            # counted, and what it holds before the cursor marked as sent.
+            for index in range(backlog.base, backlog.head):
+                entry = backlog.at(index)
+                if entry.key <= self.last[entry.partition]:
+                    listener.sent[entry.partition] = entry.ordinal + 1
+                else:
+                    replayed += 1
             # Dropped after the cursor: some partition's oldest retained entry lies past
             # its position, and that feed is at its cap (so it was trimmed, not young).
             truncated = any(
@@ -219,9 +254,9 @@ class FeedScope:
                 for bounds, at in zip(await self.engine.feed_state(), self.last, strict=True)
             )
             # Counted page by page, never held: the replay reads the pages again as it sends.
-            async for page in self._pages_after(cursor, None):
+            self.replay_upto = upto
+            async for page in self._pages_after(cursor, upto):
                 replayed += len(page)
-                self.replay_upto = page[-1].feed_id
         return StreamReadyData(
             protocol_version=PROTOCOL_VERSION,
             scope="all",
@@ -236,27 +271,67 @@ class FeedScope:
         return None
 
     async def advance(self, listener: Listener, chunk: list[bytes], stream: EventStream) -> Ending:
-        while listener.items:
-            entry = listener.items.popleft()
-            if entry.key > self.last[entry.partition]:
-                chunk.append(self._take(entry))
-        if listener.behind:
-            missed, low, high = listener.missed, listener.missed_from, listener.missed_last
-            listener.caught_up()
-            # What it missed and Redis still has is counted first (a pass that keeps
-            # nothing), so `stream.lagged` comes before the entries it goes on with.
-            retained = await self._count_in(low, high)
-            if missed > retained:
-                chunk.append(lagged(missed - retained))
-            sent = await self._send_pages(self.last_id, None, chunk, stream, low, high)
-            if sent < retained:  # trimmed between the two passes
-                chunk.append(lagged(retained - sent))
-        return None
+        """Send from the backlog until the position is at its end, a write at a time (each
+        waits for a slow client to take the one before)."""
+        turns = self.backlog.turns
+        while True:
+            await stream.settle()
+            await turns.take()
+            t0 = time.perf_counter()
+            message = self.unsent()
+            if message is not None:
+                chunk.append(message)
+                stream.write_now(b"".join(chunk))  # a write that suspends is settled next
+                chunk.clear()
+            turns.spent(time.perf_counter() - t0)
+            if message is None:
+                return None
 
     def passing(self, entry: FeedEntry) -> bytes | None:
-        if entry.key <= self.last[entry.partition]:
-            return None
-        return self._take(entry)
+        return None  # an unscoped listener is offered nothing: `unsent` reads the backlog
+
+    def unsent(self) -> bytes | None:
+        """The messages of the backlog past the position, at most about `WRITE_BYTES`,
+        with the position moved past them; first a `stream.lagged` if the backlog no longer
+        holds the next entry. None: nothing to send."""
+        backlog, listener = self.backlog, self.listener
+        out: list[bytes] = []
+        if listener.next < backlog.base:
+            out.append(self._lag())
+        sent = listener.sent
+        size = 0
+        index, head = listener.next, backlog.head
+        while index < head and size < WRITE_BYTES:
+            entry = backlog.at(index)
+            index += 1
+            partition = entry.partition
+            if entry.ordinal < sent[partition] or entry.key <= self.last[partition]:
+                sent[partition] = max(sent[partition], entry.ordinal + 1)
+                continue  # sent by the replay, or before the client's cursor
+            sent[partition] = entry.ordinal + 1
+            message = self._take(entry)
+            size += len(message)
+            out.append(message)
+        listener.next = index
+        return b"".join(out) if out else None
+
+    def _lag(self) -> bytes:
+        """The backlog dropped entries this channel had not sent: say exactly how many and
+        between which cursors, and move to its oldest entry."""
+        backlog, listener = self.backlog, self.listener
+        dropped = backlog.missed(listener.sent)
+        before = self.last_id
+        assert backlog.base_cursor is not None
+        for index, part in enumerate(cursor_parts(backlog.base_cursor)):
+            if listener.sent[index] < backlog.base_ordinals[index]:
+                listener.sent[index] = backlog.base_ordinals[index]
+            key = feed_key(part)
+            if key > self.last[index]:
+                self.last[index] = key
+                self.parts[index] = part
+        self.last_id = cursor_of(self.parts)
+        listener.next = backlog.base
+        return lagged(dropped, before, self.last_id)
 
     async def idle(self) -> Ending:
         return None  # every execution's channel never ends on its own
@@ -272,52 +347,17 @@ class FeedScope:
         self.last_id = cursor_of(self.parts)
         return sse_event(self.last_id, entry.type, entry.envelope)
 
-    def _in(self, low_id: str | None, high_id: str | None) -> Callable[[FeedEntry], bool] | None:
-        """Whether an entry lies after the cursor `low_id` and up to `high_id`."""
-        if low_id is None or high_id is None:
-            return None
-        low = [feed_key(part) for part in cursor_parts(low_id)]
-        high = [feed_key(part) for part in cursor_parts(high_id)]
-        return lambda entry: low[entry.partition] < entry.key <= high[entry.partition]
-
-    async def _count_in(self, low_id: str | None, high_id: str | None) -> int:
-        """How many retained feed entries past the position lie after `low_id` and up to
-        `high_id` (cursors)."""
-        if low_id is None or high_id is None:
-            return 0
-        after = cursor_of(
-            max(mine, theirs, key=feed_key)
-            for mine, theirs in zip(self.parts, cursor_parts(low_id), strict=True)
-        )
-        counted = 0
-        async for page in self._pages_after(after, high_id):
-            counted += len(page)
-        return counted
-
     async def _send_pages(
-        self,
-        after_id: str,
-        upto: str | None,
-        chunk: list[bytes],
-        stream: EventStream,
-        count_from: str | None = None,
-        count_upto: str | None = None,
-    ) -> int:
-        """Send the feed after `after_id` (up to `upto`), a page at a time, flushed as it
-        goes; answers how many of the entries sent lie after `count_from` and up to
-        `count_upto`."""
-        counts = self._in(count_from, count_upto)
-        counted = 0
+        self, after_id: str, upto: str | None, chunk: list[bytes], stream: EventStream
+    ) -> None:
+        """Send the feed after `after_id` (up to `upto`), a page at a time, flushed as it goes."""
         async for page in self._pages_after(after_id, upto):
             for entry in page:
                 if entry.key <= self.last[entry.partition]:
                     continue
-                if counts is not None and counts(entry):
-                    counted += 1
                 chunk.append(self._take(entry))
             await stream.write(b"".join(chunk))
             chunk.clear()
-        return counted
 
     async def _pages_after(self, after_id: str, upto: str | None) -> AsyncIterator[list[FeedEntry]]:
         """The retained feed after `after_id` (and up to `upto`), `FEED_PAGE` at a time."""

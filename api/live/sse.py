@@ -38,8 +38,8 @@ def closing(reason: str) -> bytes:
     return control(StreamClosing(StreamClosingData(reason)))
 
 
-def lagged(dropped: int) -> bytes:
-    return control(StreamLagged(StreamLaggedData(dropped)))
+def lagged(dropped: int, after: str | None = None, upto: str | None = None) -> bytes:
+    return control(StreamLagged(StreamLaggedData(dropped, after, upto)))
 
 
 def accepts_event_stream(accept: str | None) -> bool:

@@ -106,6 +106,13 @@ INSECURE_NO_TOKEN_HELP = (
 
 BACKLOG = 2048
 """Connections the API's socket queues (uvicorn's default), while it starts and while busy."""
+UNSENT_BYTES = 131_072
+"""What the kernel holds unsent for one client of the API (`TCP_NOTSENT_LOWAT`, which each
+connection takes from the listening socket): past it, writes wait for the client. Without
+it a client that reads slowly (a live channel's) holds megabytes of kernel memory, and a
+few hundred of them push the machine's TCP memory into pressure, which slows every
+connection on it: the API's other clients, its Redis, the workers'. Fast clients are not
+slowed: data in flight does not count."""
 
 
 def _listening(host: str, port: int) -> socket.socket:
@@ -118,6 +125,8 @@ def _listening(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if hasattr(socket, "TCP_NOTSENT_LOWAT"):  # Linux, macOS
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NOTSENT_LOWAT, UNSENT_BYTES)
     try:
         sock.bind((host, port))
     except OSError as exc:

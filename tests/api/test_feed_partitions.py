@@ -27,7 +27,7 @@ import pytest
 import redis as redis_sync
 
 import majordomus.store.feed as feed_module
-from majordomus.api.live.feed import FeedEntry, FeedHub, Listener, feed_entries
+from majordomus.api.live.feed import Backlog, FeedEntry, FeedHub, Listener, feed_entries
 from majordomus.api.live.scopes import FeedScope
 from majordomus.engine import Engine, require_feed_id
 from majordomus.errors import MajordomusError
@@ -70,6 +70,16 @@ async def spread(redis: Any, engine: Engine, count: int, seed: int = 7) -> list[
         stream_id = await add(redis, engine, p, f"{ms[p]}-*", f"x-{p}", i + 1)
         written.append((p, stream_id))
     return written
+
+
+def unscoped(start_id: str, size: int = 1000) -> Listener:
+    """An unscoped listener at `start_id`, reading a backlog of its own that begins there (as
+    `FeedHub.register` makes one, the hub standing at `start_id`)."""
+    backlog = Backlog(size, PARTITIONS)
+    backlog.base_cursor = start_id
+    listener = Listener(None, 1024, start_id)
+    backlog.attach(listener)
+    return listener
 
 
 def ids_of(page: list[Any]) -> list[tuple[int, str]]:
@@ -253,7 +263,7 @@ async def test_a_cursor_is_truncated_when_any_partition_dropped_what_follows_it(
         await add(redis, engine3, 2, f"{i}-0", "x-2", i)
 
     async def truncated(cursor: str) -> bool:
-        ready = await FeedScope(engine3, cursor, None, cap).ready(1.0)
+        ready = await FeedScope(engine3, cursor, unscoped(START), cap).ready(1.0)
         assert ready is not None
         return ready.truncated
 
@@ -289,7 +299,7 @@ async def test_a_malformed_cursor_is_invalid_input(engine3: Engine, cursor: str)
     assert refused.value.code == "invalid_input"
     assert "3 partitions" in refused.value.message
     with pytest.raises(MajordomusError):
-        await FeedScope(engine3, cursor, None, 10).ready(1.0)
+        await FeedScope(engine3, cursor, unscoped(START), 10).ready(1.0)
 
 
 def test_a_cursor_is_written_in_full_and_checked_against_the_partitions() -> None:
@@ -336,10 +346,11 @@ async def test_the_hub_follows_every_partition_from_now_and_hands_out_resumable_
         listener = hub.register(None)
         written = [await add(redis, engine3, p, "*", f"x-{p}", 1) for p in (2, 0, 1, 1, 0)]
         for _ in range(100):
-            if len(listener.items) == len(written):
+            if hub.backlog.head - listener.next == len(written):
                 break
             await asyncio.sleep(0.02)
-        got = list(listener.items)
+        assert not listener.items  # an unscoped listener is offered nothing: it reads the backlog
+        got = [hub.backlog.at(i) for i in range(listener.next, hub.backlog.head)]
         assert sorted(e.stream_id for e in got) == sorted(written)
         for i, entry in enumerate(got):
             rest = await engine3.feed_after(entry.feed_id, 100)
@@ -352,35 +363,39 @@ async def test_the_hub_follows_every_partition_from_now_and_hands_out_resumable_
         await hub.stop()
 
 
-async def test_a_channel_that_replayed_past_the_hub_sends_ids_of_its_own_that_resume_exactly(
+async def test_a_resuming_channel_reads_redis_up_to_the_backlog_then_the_backlog_with_resumable_ids(
     redis: Any, engine3: Engine
 ) -> None:
     for p, sid in [(0, "100-0"), (1, "101-0"), (1, "102-0"), (2, "103-0"), (1, "300-0")]:
         await add(redis, engine3, p, sid, f"x-{sid}", 1)
     hub_at = "100-0_0-0_0-0"
-    # The channel registers with the hub at `hub_at`, and its client's cursor is the start:
-    # its replay sends all five, which puts it past the hub in partitions 1 and 2.
-    listener = Listener(None, 1024, hub_at)
-    scope = FeedScope(engine3, START, listener.start_id, 1000)
+    # The hub stood at `hub_at` when its backlog began, and has dispatched the other four
+    # since; the client's cursor is the start. Redis gives the replay up to `hub_at` (one
+    # entry), the backlog the rest (four, counted as replayed too, sent from memory).
+    listener = unscoped(hub_at)
+    backlog = listener.backlog
+    assert backlog is not None
+    live = feed_entries(await engine3.feed_after(hub_at, 1000), hub_at)
+    assert [e.stream_id for e in live] == ["101-0", "102-0", "103-0", "300-0"]
+    backlog.add(live)
+    scope = FeedScope(engine3, START, listener, 1000)
     stream = Collected()
     ready = await scope.ready(1.0)
     assert ready is not None and ready.replayed == 5 and not ready.truncated
     chunk: list[bytes] = []
     await scope.replay(chunk, stream)
     # Partition 0's next entry is older than partition 1's last (its node's clock is
-    # behind): the hub hands it out before 300-0, with the cursor of where the hub is.
+    # behind): the hub dispatches it after 300-0, with the cursor of where the hub is.
     await add(redis, engine3, 0, "200-0", "x-200-0", 1)
-    live = feed_entries(await engine3.feed_after(hub_at, 1000), hub_at)
-    assert [e.stream_id for e in live] == ["101-0", "102-0", "103-0", "200-0", "300-0"]
-    assert live[3].feed_id == "200-0_102-0_103-0"
-    for entry in live:
-        listener.offer(entry)
+    hub_now = live[-1].feed_id
+    later = feed_entries(await engine3.feed_after(hub_now, 1000), hub_now)
+    assert [e.feed_id for e in later] == ["200-0_300-0_103-0"]
+    backlog.add(later)
     await scope.advance(listener, chunk, stream)
     sent = stream.messages(chunk)
     assert [m[2]["execution_id"] for m in sent] == [
         "x-100-0", "x-101-0", "x-102-0", "x-103-0", "x-300-0", "x-200-0"
     ]  # fmt: skip
-    # Its own cursor moved past 200-0, not the hub's (which would send 300-0 again).
     assert [m[0] for m in sent] == [
         "100-0_0-0_0-0",
         "100-0_101-0_0-0",
@@ -393,30 +408,64 @@ async def test_a_channel_that_replayed_past_the_hub_sends_ids_of_its_own_that_re
         assert sse_id is not None
         rest = await engine3.feed_after(sse_id, 1000)
         assert sorted(e[1] for e in rest) == sorted(m[2]["execution_id"] for m in sent[i + 1 :])
-    # Once the channel and the hub stand at one place again, the hub's messages are shared.
+    # Standing where the hub stands, the channel sends the hub's message, formatted once.
     await add(redis, engine3, 2, "400-0", "x-400-0", 1)
-    hub_now = live[-1].feed_id
+    hub_now = later[-1].feed_id
     [next_entry] = feed_entries(await engine3.feed_after(hub_now, 1000), hub_now)
     assert next_entry.previous == scope.last_id
-    assert scope.passing(next_entry) is next_entry.feed_message()
+    backlog.add([next_entry])
+    assert scope.unsent() == next_entry.feed_message()
 
 
-async def test_a_channel_that_fell_behind_catches_up_across_partitions_missing_nothing(
+async def test_a_resuming_channel_ahead_of_the_backlog_sends_nothing_twice(
     redis: Any, engine3: Engine
 ) -> None:
-    listener = Listener(None, 4, START)
-    scope = FeedScope(engine3, None, START, 1000)
-    await spread(redis, engine3, 50)
-    for entry in feed_entries(await engine3.feed_after(START, 1000), START):
-        listener.offer(entry)
-    assert listener.behind and listener.missed == 46
+    await spread(redis, engine3, 30)
+    listener = unscoped(START)
+    backlog = listener.backlog
+    assert backlog is not None
+    whole = feed_entries(await engine3.feed_after(START, 1000), START)
+    backlog.add(whole)
+    cursor = whole[11].feed_id  # the client has the first 12, which the backlog holds too
+    scope = FeedScope(engine3, cursor, listener, 1000)
+    ready = await scope.ready(1.0)
+    assert ready is not None and ready.replayed == 18
     stream = Collected()
     chunk: list[bytes] = []
+    await scope.replay(chunk, stream)
     await scope.advance(listener, chunk, stream)
     sent = stream.messages(chunk)
-    assert [m[1] for m in sent] == ["execution.log"] * 50  # no stream.lagged: nothing dropped
-    whole = await engine3.feed_after(START, 1000)
-    assert [m[0] for m in sent] == [e[0] for e in whole]
+    assert [m[2]["sequence"] for m in sent] == [e.sequence for e in whole[12:]]
+    assert [m[0] for m in sent] == [e.feed_id for e in whole[12:]]
+
+
+async def test_a_channel_the_backlog_left_behind_is_told_exactly_what_it_missed_and_where(
+    redis: Any, engine3: Engine
+) -> None:
+    listener = unscoped(START, size=10)
+    backlog = listener.backlog
+    assert backlog is not None
+    scope = FeedScope(engine3, None, listener, 1000)
+    await spread(redis, engine3, 50)
+    whole = feed_entries(await engine3.feed_after(START, 1000), START)
+    backlog.add(whole[:3])
+    stream = Collected()
+    chunk: list[bytes] = []
+    await scope.advance(listener, chunk, stream)  # the first three, sent
+    backlog.add(whole[3:])  # 47 more: the backlog holds the last 10
+    await scope.advance(listener, chunk, stream)
+    sent = stream.messages(chunk)
+    assert [m[1] for m in sent[:3]] == ["execution.log"] * 3
+    kind, lag = sent[3][1], sent[3][2]["data"]
+    assert kind == "stream.lagged"
+    assert lag == {"dropped": 37, "after": whole[2].feed_id, "upto": whole[39].feed_id}
+    # The gap is exactly what lies between the two cursors, and Redis still has it.
+    gap = await engine3.feed_after(lag["after"], 1000, lag["upto"])
+    assert [e[0] for e in gap] == [e.feed_id for e in whole[3:40]]
+    rest = sent[4:]
+    assert [m[0] for m in rest] == [e.feed_id for e in whole[40:]]
+    # Told nothing more: nothing more was missed.
+    assert all(m[1] != "stream.lagged" for m in rest)
 
 
 def test_an_entry_built_by_hand_is_its_own_partitions_only_entry() -> None:

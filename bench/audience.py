@@ -1,0 +1,296 @@
+"""Scenario "audience": the work beside slow unscoped live listeners (0, 50 and 500).
+
+One `majordomus serve` and two workers; this process starts `bench.emit` executions over HTTP
+at a steady rate (each reports a few progress events, so the feed carries about eight events
+an execution) and reads, once they are done, when each one started running (`started_at`).
+The same load runs three times: with no listener, then with 50 and with 500 listeners of
+`GET /events` (every execution's events), all in one process of their own
+(`python -m bench.audience listen`) that read slower than events come: each reads
+`READ_BYTES` and then pauses `READ_PAUSE`, on a socket with a small receive buffer, so the
+API meets their back-pressure within seconds.
+
+The figures, each against the run with no listener (the ratio, which the issue wants within
+1.5x): the start latency (from the POST sent to `started_at`) p50 and p99, the POST's own
+answer time p99 (the API's other answers stay prompt), and the achieved rate (starts over
+the time from the first POST to the last execution started). Beside them, what the
+listeners were sent: events, `stream.lagged` messages and the events they said were
+dropped, read from the listeners' own counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+
+from bench.harness import (
+    Bench,
+    Child,
+    Row,
+    api_server,
+    children,
+    majordomus_worker,
+    ms,
+    percentile,
+    wait_for_api,
+    wait_for_workers,
+)
+from bench.live import raise_fd_limit
+from majordomus.engine import LIVE_PATH
+
+RATE = 200
+"""Starts per second."""
+EVENTS = 5
+"""Progress events each execution reports (plus created, queued, started, succeeded)."""
+READ_BYTES = 16_384
+READ_PAUSE = 0.25
+"""A listener reads this much, then waits this long: 64 KiB/s, a tenth of the feed's rate."""
+RECEIVE_BUFFER = 16_384
+GOAL_RATIO = 1.5
+EVENT = b"\nevent: execution."
+LAGGED = b"event: stream.lagged\ndata: "
+AUDIENCES = (0, 50, 500)
+
+
+class Phase:
+    """One run of the load, with `listeners` slow listeners."""
+
+    def __init__(self, listeners: int) -> None:
+        self.listeners = listeners
+        self.latencies: list[float] = []
+        self.answers: list[float] = []
+        self.rate = 0.0
+        self.failed = 0
+        self.received = 0
+        self.lagged = 0
+        self.dropped = 0
+        self.opened = 0
+
+
+async def run(bench: Bench) -> list[Row]:
+    starts = bench.size(3000, 400)
+    audiences = AUDIENCES if not bench.quick else (0, 20)
+    if os.environ.get("MAJORDOMUS_BENCH_AUDIENCES"):  # say 0,500 to look at one size
+        audiences = tuple(int(n) for n in os.environ["MAJORDOMUS_BENCH_AUDIENCES"].split(","))
+    await bench.flush()
+    phases: list[Phase] = []
+    with children() as kids:
+        api, base_url = api_server(bench)
+        kids.append(api)
+        kids.extend(majordomus_worker(bench, max_jobs=50) for _ in range(2))
+        await wait_for_api(base_url, api)
+        await wait_for_workers(bench, 2)
+        port = int(base_url.rsplit(":", 1)[1])
+        async with httpx.AsyncClient(
+            base_url=base_url, timeout=60, limits=httpx.Limits(max_connections=64)
+        ) as http:
+            await _load(http, 100, RATE)  # warm-up
+            for listeners in audiences:
+                phase = Phase(listeners)
+                listening = _listeners(bench, port, listeners) if listeners else None
+                try:
+                    if listening is not None:
+                        await _until_ready(listening[0])
+                        await asyncio.sleep(1)
+                    await _measure(bench, http, phase, starts)
+                finally:
+                    if listening is not None:
+                        _collect(phase, *listening)
+                phases.append(phase)
+    return _rows(bench, phases, starts)
+
+
+async def _load(http: httpx.AsyncClient, n: int, rate: int) -> list[tuple[float, float, str]]:
+    """Start `n` executions at `rate` a second; answers (sent at, answered in, id) of each."""
+    answers: list[tuple[float, float, str]] = []
+    body = {"capability": "bench.emit", "input": {"events": EVENTS}}
+
+    async def one() -> None:
+        sent = time.time()
+        t0 = time.perf_counter()
+        reply = await http.post("/api/v1/executions/start", json=body)
+        took = time.perf_counter() - t0
+        answers.append((sent, took, reply.json()["id"] if reply.status_code < 300 else ""))
+
+    tasks = []
+    t0 = time.perf_counter()
+    for i in range(n):
+        delay = t0 + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one()))
+    await asyncio.gather(*tasks)
+    return answers
+
+
+async def _measure(bench: Bench, http: httpx.AsyncClient, phase: Phase, n: int) -> None:
+    answers = await _load(http, n, RATE)
+    first = min(sent for sent, _, _ in answers)
+    started: list[float] = []
+    async with bench.engine() as engine:
+        for sent, took, execution_id in answers:
+            phase.answers.append(took)
+            if not execution_id:
+                phase.failed += 1
+                continue
+            deadline = time.monotonic() + 120
+            while True:
+                snapshot = await engine.get(execution_id)
+                if isinstance(snapshot.started_at, str):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{execution_id} did not start within 120 s")
+                await asyncio.sleep(0.05)
+            at = datetime.fromisoformat(snapshot.started_at.replace("Z", "+00:00")).timestamp()
+            started.append(at)
+            phase.latencies.append(max(0.0, at - sent))
+    phase.rate = len(started) / max(1e-9, max(started) - first)
+
+
+def _listeners(bench: Bench, port: int, count: int) -> tuple[Child, Path]:
+    out = bench.workdir / f"audience-{count}-{time.monotonic_ns()}.json"
+    argv = [
+        sys.executable, "-m", "bench.audience", "listen", "--port", str(port),
+        "--count", str(count), "--out", str(out),
+    ]  # fmt: skip
+    return Child(f"audience-{count}", argv, bench.env(), bench.workdir), out
+
+
+async def _until_ready(child: Child, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while "ready" not in child.log():
+        if not child.alive():
+            raise RuntimeError(f"{child.name} exited early:\n{child.log()[-2000:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{child.name} did not connect within {timeout}s")
+        await asyncio.sleep(0.05)
+
+
+def _collect(phase: Phase, child: Child, out: Path) -> None:
+    child.stop(timeout=30)
+    if not out.exists():
+        raise RuntimeError(f"{child.name} wrote no results:\n{child.log()[-2000:]}")
+    found = json.loads(out.read_text())
+    phase.opened = found["opened"]
+    phase.received = found["events"]
+    phase.lagged = found["lagged"]
+    phase.dropped = found["dropped"]
+
+
+def _rows(bench: Bench, phases: list[Phase], starts: int) -> list[Row]:
+    base = phases[0]
+    rows: list[Row] = []
+    for phase in phases[1:]:
+        who = f"{phase.listeners} slow listeners"
+        for metric, ours, theirs in (
+            ("start latency p50", ms(percentile(phase.latencies, 50)), ms(percentile(base.latencies, 50))),
+            ("start latency p99", ms(percentile(phase.latencies, 99)), ms(percentile(base.latencies, 99))),
+            ("POST answer p99", ms(percentile(phase.answers, 99)), ms(percentile(base.answers, 99))),
+        ):  # fmt: skip
+            ratio = ours / theirs if theirs else float("inf")
+            rows.append(
+                Row("audience", f"{metric}, {who}", ours, "ms", theirs, "no listener",
+                    f"<= {GOAL_RATIO}x", ratio <= GOAL_RATIO, higher_is_better=False)
+            )  # fmt: skip
+        rows.append(
+            Row("audience", f"starts/s, {who}", phase.rate, "/s", base.rate, "no listener",
+                f">= 1/{GOAL_RATIO}x", phase.rate * GOAL_RATIO >= base.rate)
+        )  # fmt: skip
+        bench.note(
+            f"audience: {starts:,} starts at {RATE}/s with {phase.listeners} listeners "
+            f"({phase.opened} opened): they were sent {phase.received:,} events and "
+            f"{phase.lagged:,} stream.lagged saying {phase.dropped:,} dropped; "
+            f"{phase.failed} starts refused"
+        )
+    bench.note(
+        f"audience: with no listener, start p50 {ms(percentile(base.latencies, 50)):.1f} ms, "
+        f"p99 {ms(percentile(base.latencies, 99)):.1f} ms, {base.rate:.0f} starts/s"
+    )
+    return rows
+
+
+# -- the listeners' process ----------------------------------------------------------------------
+
+
+async def listen(args: argparse.Namespace) -> None:
+    """Open `count` slow listeners, say `ready`, read until SIGTERM, write the counts."""
+    raise_fd_limit(args.count + 64)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    counts = {"events": 0, "lagged": 0, "dropped": 0, "opened": 0}
+    request = (
+        f"GET {LIVE_PATH} HTTP/1.1\r\nHost: 127.0.0.1:{args.port}\r\n"
+        "Accept: text/event-stream\r\n\r\n"
+    ).encode()
+
+    async def one(ready: asyncio.Future[None]) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)
+        sock.setblocking(False)
+        await loop.sock_connect(sock, ("127.0.0.1", args.port))
+        await loop.sock_sendall(sock, request)
+        tail = b""
+        parsed_upto = 0
+        """Where in `tail` (kept from the last read) lagged messages were parsed up to."""
+        try:
+            while not stop.is_set():
+                data = await loop.sock_recv(sock, READ_BYTES)
+                if not data:
+                    break
+                seen = tail + data
+                if not ready.done() and b"stream.ready" in seen:
+                    counts["opened"] += 1
+                    ready.set_result(None)
+                counts["events"] += seen.count(EVENT) - tail.count(EVENT)
+                keep = max(0, len(seen) - 64)
+                done_upto = parsed_upto
+                at = seen.find(LAGGED, parsed_upto)
+                while at >= 0:
+                    end = seen.find(b"\n", at + len(LAGGED))
+                    if end < 0:
+                        keep = min(keep, at)  # read the rest of it next time
+                        break
+                    counts["dropped"] += json.loads(seen[at + len(LAGGED) : end])["data"]["dropped"]
+                    counts["lagged"] += 1
+                    done_upto = end
+                    at = seen.find(LAGGED, end)
+                tail = seen[keep:]
+                parsed_upto = max(0, done_upto - keep)
+                await asyncio.sleep(READ_PAUSE)
+        finally:
+            sock.close()
+
+    readies = [loop.create_future() for _ in range(args.count)]
+    tasks = [asyncio.create_task(one(r)) for r in readies]
+    await asyncio.wait_for(asyncio.gather(*readies), 60)
+    print("ready", flush=True)
+    await stop.wait()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    Path(args.out).write_text(json.dumps(counts))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.audience")
+    sub = parser.add_subparsers(dest="command", required=True)
+    one = sub.add_parser("listen")
+    one.add_argument("--port", type=int, required=True)
+    one.add_argument("--count", type=int, required=True)
+    one.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    asyncio.run(listen(args))
+
+
+if __name__ == "__main__":
+    main()
