@@ -49,6 +49,7 @@ from majordomus.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from majordomus.metrics import cluster_families, exposition
 from majordomus.model import ACTOR_HEADER, CLIENT_ACTORS
 from majordomus.registry import Capability
+from majordomus.reports import drained_workers
 from majordomus.schemas import MAX_INPUT_DEPTH, coerce_strings
 from majordomus.store import clock
 from majordomus.store.connect import api_client
@@ -70,6 +71,9 @@ class ProbeStatus(msgspec.Struct, omit_defaults=True):
     calls: int
     """Capability calls this process is answering now, over HTTP and MCP alike."""
     workers: int | UnsetType = UNSET
+    draining: list[str] | UnsetType = UNSET
+    """Those of the workers counted that an operator drained (`queue.drain`): they beat and
+    take no new work until undrained. They still count: the probe stays ready (200)."""
     redis_data_lost_at: str | UnsetType = UNSET
     """When this process last found that Redis lost its data (`majordomus.epochs`)."""
 
@@ -319,6 +323,7 @@ def create_app(
             await engine.ping()
             since = int(clock.now() * 1000 - settings.lease_seconds * 1000)
             workers = await engine.workers_beating(since)
+            draining = await drained_workers(engine, workers)
         except UNREACHABLE as exc:
             return error_response(
                 MajordomusError(
@@ -343,6 +348,7 @@ def create_app(
                 hub.channels,
                 engine.calls_in_flight,
                 len(workers),
+                draining=draining,
                 redis_data_lost_at=lost_at if lost_at is not None else UNSET,
             )
         )

@@ -79,9 +79,15 @@ class WorkerPresence(msgspec.Struct):
     last_beat: str
     seconds_since_beat: float
     accepting: bool
-    """False once it was told to stop: it finishes what it runs and takes nothing new."""
+    """False once it was told to stop (SIGTERM) or its beat saw it drained: it finishes what
+    it runs and takes nothing new."""
     silent: bool
     """Its last beat is older than the lease, or its lease is gone: presumed dead."""
+    draining: bool = False
+    """An operator drained it (`queue.drain`) and has not undrained it: it takes nothing new
+    from its next beat on (`accepting` turns false then), and runs what it took."""
+    drained_at: str | None = None
+    """When it was drained."""
 
 
 class RecentFailure(msgspec.Struct, omit_defaults=True):
@@ -150,10 +156,18 @@ async def worker_presence(engine: Engine, held: Counter[str] | None = None) -> l
                 seconds_since_beat=_seconds_since(last_ms, now_ms),
                 accepting=raw.get(b"accepting", b"1") == b"1",
                 silent=not lease_held or now_ms - last_ms > lease_ms,
+                # `store.workers.DRAIN_FIELD`, named as the other fields are read here
+                draining=b"drain" in raw,
+                drained_at=_text(raw.get(b"drain")),
             )
         )
     found.sort(key=lambda w: (w.started_at, w.id))
     return found
+
+
+async def drained_workers(engine: Engine, worker_ids: list[str]) -> list[str]:
+    """Those of `worker_ids` an operator drained (`queue.drain`): for the readiness probe."""
+    return await engine.store.drained_of(worker_ids)
 
 
 async def _queued(store: Store, now_ms: int) -> tuple[int, list[QueuedCapability]]:

@@ -127,6 +127,8 @@ class ScheduleView(msgspec.Struct, kw_only=True, omit_defaults=True):
     paused_at: str | UnsetType = UNSET
     next_tick_at: str | UnsetType = UNSET
     """Its next tick (absent while paused)."""
+    next_ticks: list[str] | UnsetType = UNSET
+    """Its next `NEXT_TICKS_SHOWN` ticks, the first being `next_tick_at` (absent while paused)."""
     last_tick_at: str | UnsetType = UNSET
     """The last tick it started an execution for."""
     last_execution: str | UnsetType = UNSET
@@ -240,6 +242,16 @@ def next_tick_ms(cron: str, timezone: str, after_ms: int) -> int:
     return int(round(_iterator(cron, timezone, after_ms).get_next(float) * 1000))
 
 
+NEXT_TICKS_SHOWN = 5
+"""How many coming ticks a schedule's view lists (`ScheduleView.next_ticks`)."""
+
+
+def next_ticks_ms(cron: str, timezone: str, after_ms: int, count: int = NEXT_TICKS_SHOWN) -> list[int]:
+    """The first `count` ticks strictly after `after_ms` (epoch ms), in epoch ms."""
+    it = _iterator(cron, timezone, after_ms)
+    return [int(round(it.get_next(float) * 1000)) for _ in range(count)]
+
+
 def last_tick_at_or_before(cron: str, timezone: str, at_ms: int) -> int:
     """The latest tick at or before `at_ms` (epoch ms), in epoch ms. Ticks are whole
     seconds: the one at `at_ms`'s own second, if any, counts."""
@@ -326,9 +338,9 @@ def view_of(stored: StoredSchedule, shown_input: dict[str, Any], now_ms: int) ->
         view.paused_at = stored.paused_at
     else:
         with contextlib.suppress(MajordomusError):  # a zone this process lacks: no next tick
-            view.next_tick_at = stamp_of(
-                next_tick_ms(d.cron, d.timezone, max(stored.cursor_ms, now_ms))
-            )
+            ticks = next_ticks_ms(d.cron, d.timezone, max(stored.cursor_ms, now_ms))
+            view.next_tick_at = stamp_of(ticks[0])
+            view.next_ticks = [stamp_of(t) for t in ticks]
     if stored.last_tick_ms is not None:
         view.last_tick_at = stamp_of(stored.last_tick_ms)
     if stored.last_execution:

@@ -195,6 +195,8 @@ class WorkerRuntime:
         """The execution the last wake-up named (its partition has work): the next take
         visits that partition first (`take_hint`)."""
         self.accepting = True
+        self.draining = False
+        """An operator drained it (`queue.drain`), as its last beat read: it takes nothing new."""
         self._tasks: list[asyncio.Task[None]] = []
         self._forgotten: list[str] = []
         """Executions Redis no longer knew, not yet said in the log (the beat says them once)."""
@@ -326,11 +328,14 @@ class WorkerRuntime:
             "running": len(self.running),
             "last_beat": stamp,
             "last_beat_ms": ms,
-            "accepting": int(self.accepting),
+            "accepting": int(self.accepting and not self.draining),
         }
         sent_at = time.monotonic()
-        await self.store.beat(self.worker_id, presence, ms, lease_ms)
+        drained = await self.store.beat(self.worker_id, presence, ms, lease_ms)
         self.beat_ok_at = sent_at
+        if drained != self.draining:
+            await self._drained(drained)
+            return
         if not self.declarations_published:
             # What it runs, for producers that start a capability without importing it
             # (`majordomus.declarations`): once, at the first beat that lands.
@@ -338,6 +343,22 @@ class WorkerRuntime:
             self.declarations_published = True
         held = [(r.capability, i) for i, r in self.running.items() if r.slot]
         await self.store.renew_slots(held)
+
+    async def _drained(self, drained: bool) -> None:
+        """Drained, or undrained, as the beat just read. Drained, a blocking take already
+        waiting in Redis takes nothing (`stop_blocking`) and the poll loop takes no more
+        (`MajordomusWorker`); what it runs goes on. Undrained, it takes again at once,
+        unless it is stopping. Then a beat says so in its presence (`accepting`)."""
+        self.draining = drained
+        if drained:
+            log.info("drained: taking no more work; %d running", len(self.running))
+            await self.store.stop_blocking(self.worker_id)
+        else:
+            log.info("undrained: taking work again")
+            if self.accepting:  # a stopping worker's mark stays
+                await self.store.resume_blocking(self.worker_id)
+            self.wake.set()
+        await self.beat()
 
     @property
     def lease_in_doubt(self) -> bool:

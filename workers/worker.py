@@ -10,7 +10,8 @@ blocking pop of the wake-up list with its take behind it in the same write
 (`QueueStore.take_blocking`), so a start reaches it already taken, in one message rather
 than a signal and then a take; there the wake-up list is the only signal it heeds. SIGTERM
 stops taking work, lets running executions finish for `MAJORDOMUS_SHUTDOWN_GRACE`, then
-cancels them (`by: "server"`).
+cancels them (`by: "server"`). A drained worker (`queue.drain`, read with its beat) takes
+nothing either, and runs what it took; undrained, it takes again.
 
 It also takes and runs the executions itself (`_poll_iteration` and `_run_execution`, in
 place of arq's `start_jobs`, `run_job`, `finish_job` and `finish_failed_job`): arq's build
@@ -145,7 +146,7 @@ class MajordomusWorker(Worker):
         if (
             timeout <= 0
             or self.job_counter >= self.max_jobs
-            or not self.allow_pick_jobs
+            or not self._taking
             or self.burst
             or self._take_token is not None
             or runtime.lease_in_doubt
@@ -174,7 +175,12 @@ class MajordomusWorker(Worker):
             return min(due_in, fallback)
         # Due work left after a take: more than it could take, so take again now while
         # there is room; when full, a finishing execution wakes us.
-        return 0.0 if self.job_counter < self.max_jobs and self.allow_pick_jobs else fallback
+        return 0.0 if self.job_counter < self.max_jobs and self._taking else fallback
+
+    @property
+    def _taking(self) -> bool:
+        """Neither stopping (SIGTERM) nor drained by an operator: it takes work."""
+        return self.allow_pick_jobs and not (self.runtime is not None and self.runtime.draining)
 
     async def _poll_iteration(self) -> None:
         """arq's poll, as one script (`take.lua`) that polls, takes and starts up to as many
@@ -190,7 +196,7 @@ class MajordomusWorker(Worker):
         runtime = self._runtime()
         # Woken while full: work may be waiting, so the next slot freed polls again.
         self._next_due_ms = 0.0
-        if self.allow_pick_jobs and self.job_counter < self.max_jobs:
+        if self._taking and self.job_counter < self.max_jobs:
             free = self.max_jobs - self.job_counter
             block = self._block
             blocking = block is not None and self._take_token is None

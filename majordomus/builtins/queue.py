@@ -5,7 +5,9 @@ Declared like any user's capability (control capabilities, as `**CONTROL`), so
 `GET /api/v1/queue/workers`, and the MCP tools `majordomus_queue` and `majordomus_workers`
 are projections of these two declarations and answer alike wherever they are asked. The
 reports themselves (what they read, when a worker is silent) are `majordomus.reports`'s;
-nothing here reads the store.
+nothing here reads the store. `queue.drain` and `queue.undrain` (`majordomus drain ID`,
+`POST /api/v1/queue/drain`) set and clear a worker's drain flag through the store, which
+the worker reads with its beat (`workers/runtime.py`).
 """
 
 from __future__ import annotations
@@ -15,8 +17,17 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from majordomus.builtins.common import control, engine_of
+from majordomus.errors import not_found
 from majordomus.registry import capability
-from majordomus.reports import QueueReport, WorkerReport, queue_report, worker_report
+from majordomus.reports import (
+    QueueReport,
+    WorkerPresence,
+    WorkerReport,
+    queue_report,
+    worker_presence,
+    worker_report,
+)
+from majordomus.store.clock import now_stamp
 
 if TYPE_CHECKING:
     from majordomus.context import Context
@@ -71,3 +82,72 @@ class WorkersInput(msgspec.Struct, forbid_unknown_fields=True):
 )
 async def workers(ctx: Context, inp: WorkersInput) -> WorkerReport:
     return await worker_report(engine_of(ctx))
+
+
+class DrainInput(msgspec.Struct, forbid_unknown_fields=True):
+    """The input of `queue.drain` and `queue.undrain`."""
+
+    id: str
+    """The worker's id, as `queue.workers` lists it."""
+
+
+class DrainChange(msgspec.Struct):
+    worker: WorkerPresence
+    """The worker after the change: `draining` at once, `accepting` false from its next beat
+    (a fifth of the lease) once drained, true again once undrained."""
+    changed: bool
+    """False when it was so already (drained, or not): nothing changed."""
+
+
+async def _set_drain(ctx: Context, worker_id: str, drained: bool) -> DrainChange:
+    engine = engine_of(ctx)
+    changed = await engine.store.set_drain(worker_id, drained, now_stamp()[0])
+    found = [w for w in await worker_presence(engine) if w.id == worker_id]
+    if changed is None or not found:
+        raise not_found(
+            f"there is no worker {worker_id!r}",
+            "list them with queue.workers (majordomus workers, GET /api/v1/queue/workers)",
+        )
+    return DrainChange(found[0], bool(changed))
+
+
+@capability(
+    "queue.drain",
+    kind="command",
+    input=DrainInput,
+    output=DrainChange,
+    title="Drain a worker",
+    description=(
+        "Have a worker finish what it runs and take no new executions, until queue.undrain: "
+        "for a deployment, a suspect machine, a worker to be stopped without cutting work "
+        "short. The worker sees it at its next beat (within a fifth of the lease); what it "
+        "had taken before it runs to the end, and the executions started meanwhile wait, "
+        "queued, for other workers. It stays drained across an API restart; a SIGTERM "
+        "still stops it as usual. /api/v1/ready lists the drained workers."
+    ),
+    mcp="majordomus_worker_drain",
+    http=("POST", "/api/v1/queue/drain"),
+    cli=("drain",),
+    **CONTROL,
+)
+async def drain(ctx: Context, inp: DrainInput) -> DrainChange:
+    return await _set_drain(ctx, inp.id, True)
+
+
+@capability(
+    "queue.undrain",
+    kind="command",
+    input=DrainInput,
+    output=DrainChange,
+    title="Undrain a worker",
+    description=(
+        "Let a drained worker take executions again (at its next beat, within a fifth of the "
+        "lease)."
+    ),
+    mcp="majordomus_worker_undrain",
+    http=("POST", "/api/v1/queue/undrain"),
+    cli=("undrain",),
+    **CONTROL,
+)
+async def undrain(ctx: Context, inp: DrainInput) -> DrainChange:
+    return await _set_drain(ctx, inp.id, False)

@@ -1,4 +1,4 @@
-"""The `schedules.*` capabilities: create, list, pause, resume and delete schedules.
+"""The `schedules.*` capabilities: create, list, pause, resume, run now and delete schedules.
 
 Declared like any user's capabilities (control capabilities, as `**CONTROL`), so the
 routes (`/api/v1/schedules...`), the MCP tools (`majordomus_schedules_*`) and the commands
@@ -16,6 +16,7 @@ import msgspec
 
 from majordomus.builtins.common import control, engine_of
 from majordomus.errors import MajordomusError, invalid_input, not_found, refused
+from majordomus.model import ExecutionSnapshot
 from majordomus.priorities import Priority
 from majordomus.registry import capability
 from majordomus.schedules import (
@@ -249,6 +250,33 @@ async def pause(ctx: Context, inp: ScheduleInput) -> ScheduleChange:
 )
 async def resume(ctx: Context, inp: ScheduleInput) -> ScheduleChange:
     return await _set_paused(ctx, inp.id, False)
+
+
+@capability(
+    "schedules.run_now",
+    kind="command",
+    input=ScheduleInput,
+    output=ExecutionSnapshot,
+    title="Run a schedule now",
+    description=(
+        "Start a schedule's capability with its input now, once, beside its ticks (which "
+        "go on as before, paused or not): the execution names the schedule in 'schedule' "
+        "and its caller as actor, and is answered queued, as executions.start answers."
+    ),
+    http=("POST", "/api/v1/schedules/run"),
+    cli=("schedules", "run"),
+    **CONTROL,
+)
+async def run_now(ctx: Context, inp: ScheduleInput) -> ExecutionSnapshot:
+    from majordomus.start_options import StartOptions
+
+    engine, store = store_of(ctx)
+    stored = await store.one(inp.id)
+    if stored is None:
+        raise _unknown(inp.id)
+    d = stored.definition
+    options = StartOptions(schedule=stored.id, priority=d.priority)
+    return await engine.start(d.capability, d.input, actor=ctx.actor, options=options)
 
 
 @capability(

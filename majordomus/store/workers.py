@@ -7,6 +7,10 @@ score in the workers' set: its last beat, epoch ms). The executions it holds are
 terminal event, `append.lua`), so a dead worker's executions are found without reading
 every execution.
 
+An operator may drain a worker (`queue.drain`): a `drain` field in its presence hash,
+which the worker reads with its beat (`beat` answers it), taking no new work while it is
+there; `set_drain` sets and removes it (`worker_drain.lua`: only on a worker present).
+
 A worker that stops cleanly removes its lease and presence; one that is killed leaves its
 lease to run out, the sweeper (`majordomus.sweeper`) fails what it held and, once its last
 beat is `PRESENCE_SECONDS` old, forgets it. The sweeper lock elects that one sweeper among
@@ -29,7 +33,11 @@ silent) after its last beat: its presence hash expires then, and the sweeper rem
 from the workers' set."""
 
 Presence = Mapping[str, str | int]
-"""What a worker says of itself: id, host, pid, started_at, running, last beat, accepting."""
+"""What a worker says of itself: id, host, pid, started_at, running, last beat, accepting.
+(The hash also holds `drain`, when an operator drained it: written by `set_drain` alone.)"""
+
+DRAIN_FIELD = "drain"
+"""The presence hash's field that drains its worker (its value: when it was asked)."""
 
 
 @dataclass(frozen=True)
@@ -47,9 +55,11 @@ class WorkerStore(StoreBase):
     def __init__(self, redis: RedisClient, settings: Settings) -> None:
         super().__init__(redis, settings)
         self._lock = self.script("sweeper_lock.lua")
+        self._drain = self.script("worker_drain.lua")
 
-    async def beat(self, worker_id: str, presence: Presence, beat_ms: int, lease_ms: int) -> None:
-        """Renew the worker's lease for `lease_ms` and write its presence, in one round trip."""
+    async def beat(self, worker_id: str, presence: Presence, beat_ms: int, lease_ms: int) -> bool:
+        """Renew the worker's lease for `lease_ms` and write its presence, in one round trip;
+        answers whether the worker is drained (an operator's `set_drain`)."""
         k = self.keys
         async with self.redis.pipeline(transaction=False) as pipe:
             for part in k.partitions:  # each partition's scripts read their own
@@ -57,7 +67,22 @@ class WorkerStore(StoreBase):
             pipe.hset(k.worker(worker_id), mapping=dict(presence))
             pipe.expire(k.worker(worker_id), PRESENCE_SECONDS)
             pipe.zadd(k.workers, {worker_id: beat_ms})
-            await pipe.execute()
+            pipe.hexists(k.worker(worker_id), DRAIN_FIELD)
+            answers = await pipe.execute()
+        return bool(answers[-1])
+
+    async def set_drain(self, worker_id: str, drained: bool, asked_at: str) -> int | None:
+        """Drain a worker (`drained`) or undrain it: None when no such worker is present,
+        else whether this changed it (1) or it was so already (0)."""
+        done = await self._drain(
+            keys=[self.keys.worker(worker_id)], args=["1" if drained else "0", asked_at]
+        )
+        return None if int(done) < 0 else int(done)
+
+    async def resume_blocking(self, worker_id: str) -> None:
+        """Take back the mark `QueueStore.stop_blocking` set on a drained worker: its
+        blocking takes take again."""
+        await self.redis.delete(self.keys.partitions[0].worker_stopping(worker_id))
 
     async def epochs(self, candidate: str) -> list[bytes]:
         """Each partition's epoch, `candidate` set where there was none (`SET NX GET`: one
@@ -97,6 +122,16 @@ class WorkerStore(StoreBase):
                 pipe.exists(self.keys.partitions[0].lease(worker_id))
             raw = await pipe.execute()
         return [(worker_id, raw[2 * i], bool(raw[2 * i + 1])) for i, worker_id in enumerate(ids)]
+
+    async def drained_of(self, worker_ids: Sequence[str]) -> list[str]:
+        """Those of `worker_ids` an operator drained, in one round trip."""
+        if not worker_ids:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for worker_id in worker_ids:
+                pipe.hexists(self.keys.worker(worker_id), DRAIN_FIELD)
+            found = await pipe.execute()
+        return [w for w, drained in zip(worker_ids, found, strict=True) if drained]
 
     async def workers_beating(self, since_ms: int) -> list[str]:
         """The ids of workers whose last beat is at or after `since_ms` (epoch ms)."""

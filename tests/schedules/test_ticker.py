@@ -56,6 +56,33 @@ async def test_a_created_schedule_is_listed_with_its_next_tick(engine: Engine) -
     assert [s.id for s in listed.schedules] == ["tests.noop:listed"]
     shown = listed.schedules[0]
     assert shown.timezone == "Europe/Paris" and shown.next_tick_at > shown.created_at
+    assert shown.next_ticks[0] == shown.next_tick_at
+    assert len(shown.next_ticks) == 5 and shown.next_ticks == sorted(set(shown.next_ticks))
+
+
+async def test_a_paused_schedule_lists_no_coming_ticks(engine: Engine) -> None:
+    made = await create(engine, name="still")
+    paused = await engine.invoke("schedules.pause", {"id": made.id})
+    assert not paused.schedule.next_ticks and not paused.schedule.next_tick_at
+
+
+async def test_run_now_starts_one_execution_marked_with_its_schedule_paused_or_not(
+    engine: Engine,
+) -> None:
+    made = await create(
+        engine, name="now", capability="tests.sleepy", execution_input={"seconds": 0.1},
+        cron="0 0 1 1 *",
+    )
+    await engine.invoke("schedules.pause", {"id": made.id})
+    started = await engine.invoke("schedules.run_now", {"id": made.id})
+    assert (started.capability, started.schedule, started.state) == (
+        "tests.sleepy", made.id, "queued"
+    )
+    assert started.input == {"seconds": 0.1}
+    assert [s.id for s in await started_by(engine, made.id)] == [started.id]
+    with pytest.raises(MajordomusError) as caught:
+        await engine.invoke("schedules.run_now", {"id": "tests.noop:nothing"})
+    assert caught.value.code == "not_found"
 
 
 async def test_each_tick_starts_one_execution_however_many_tickers_race_to_it(
