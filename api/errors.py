@@ -50,7 +50,7 @@ def envelope(err: MajordomusError) -> bytes:
 def redis_unavailable(exc: BaseException | None = None) -> MajordomusError:
     return MajordomusError(
         "unavailable",
-        "Redis is unreachable, so this cannot be answered now",
+        "Redis is unreachable or not answering, so this cannot be answered now",
         "try again shortly; the API reconnects by itself when Redis is back",
     )
 

@@ -32,6 +32,7 @@ from majordomus.errors import (
     invalid_input,
     not_found,
     refused,
+    unavailable,
 )
 from majordomus.handler_threads import in_thread
 from majordomus.ids import PROTOCOL_VERSION, require_execution_id
@@ -165,6 +166,26 @@ class Called:
     def pending(self) -> bool:
         """Still going when the wait ended: `execution` is as it stood then."""
         return self.execution is not None and not is_final(self.execution.state)
+
+
+def start_unknown(capability: str, execution_id: str, key: str | None) -> MajordomusError:
+    """A start whose create Redis did not answer: it may have happened or not, and the
+    answer says how to know, and how to resend it safely."""
+    if key:
+        how = (
+            f"resend it with the same idempotency_key {key!r} once Redis answers: you get the "
+            "one execution either way"
+        )
+    else:
+        how = (
+            f"once Redis answers, executions.get of {execution_id} tells (not_found: it did not "
+            "happen); start with an idempotency_key to make a resend safe"
+        )
+    return unavailable(
+        f"Redis did not answer, so the start of {capability} may or may not have happened "
+        f"(as {execution_id})",
+        how,
+    )
 
 
 class Engine:
@@ -370,6 +391,8 @@ class Engine:
                 draws -= 1
                 if not draws:
                     raise
+            except UNREACHABLE as exc:
+                raise start_unknown(cap.id, execution_id, key) from exc
         if created.held_by is not None:
             return await self._held(key or "", created, fingerprint)
         METRICS.execution_started(cap.id)

@@ -48,7 +48,7 @@ READ_BLOCK_MS = 5000
 """How long the shared reader blocks on the feed per call (it loops at once when woken)."""
 FEED_PAGE = 1000
 """Feed entries read per call, by the shared reader and by a catching-up unscoped channel."""
-HUB_START_WAIT = 5.0
+HUB_START_WAIT = 2.5
 """How long a new channel waits for the shared reader to reach Redis before answering 503."""
 FEED_SHARE = 4.0
 """Feeding the unscoped channels takes at most 1/FEED_SHARE of the loop's time: after a

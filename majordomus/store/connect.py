@@ -84,6 +84,7 @@ from redis.exceptions import (
     MaxConnectionsError,
     NoScriptError,
     RedisClusterException,
+    RedisError,
     ResponseError,
     SlotNotCoveredError,
 )
@@ -137,6 +138,39 @@ found at the next command instead, and that command is retried on a new one."""
 RETRIES = 3
 """How many times a command is sent again after its connection broke or timed out."""
 
+API_CONNECT_TIMEOUT_SECONDS = 1.0
+API_READ_TIMEOUT_SECONDS = 1.5
+API_POOL_WAIT_SECONDS = 0.5
+"""The API's client fails fast: a connection opened within 1 s, a reply within 1.5 s (a
+blocking read within its block and `BLOCK_MARGIN_SECONDS`), a free connection within
+0.5 s, and a command that timed out is not sent again (Redis is not answering: waiting
+longer answers nobody). So with Redis stalled every API answer comes within
+`API_ANSWER_BOUND_SECONDS`, a 503 that says so; a broken connection is still retried (a
+refused one fails in milliseconds)."""
+API_ANSWER_BOUND_SECONDS = 3.0
+"""The documented bound of an API answer while Redis does not answer (the sum above)."""
+BLOCK_MARGIN_SECONDS = 2.0
+"""What a blocking read (`blocking_reads`) waits beyond its block for the reply."""
+
+_BLOCKING_READ: ContextVar[float | None] = ContextVar(
+    "majordomus_blocking_read", default=None
+)
+
+
+@contextlib.contextmanager
+def blocking_reads(block_ms: int | float | None) -> Generator[None, None, None]:
+    """Within it, a reply may take `block_ms` and `BLOCK_MARGIN_SECONDS` whatever the
+    client's read timeout (an `XREAD BLOCK`, a `BLMOVE`): the API's client reads with a
+    short timeout, and its feed reader blocks for seconds."""
+    if not block_ms:
+        yield
+        return
+    token = _BLOCKING_READ.set(block_ms / 1000 + BLOCK_MARGIN_SECONDS)
+    try:
+        yield
+    finally:
+        _BLOCKING_READ.reset(token)
+
 RETRY_BACKOFF_BASE_SECONDS = 0.05
 RETRY_BACKOFF_CAP_SECONDS = 1.0
 """Each retry waits a random time up to base * 2**attempt, at most the cap: at most about
@@ -151,12 +185,17 @@ REACHABLE_RETRY_SECONDS = 0.25
 """The pause between two asks of the start-up check."""
 
 
-def retry_policy() -> Retry:
-    """The retry of every client (a fresh one each: redis-py copies it per connection)."""
+def retry_policy(timeouts: bool = True) -> Retry:
+    """The retry of every client (a fresh one each: redis-py copies it per connection);
+    without `timeouts`, a command that timed out is not sent again."""
     backoff = ExponentialWithJitterBackoff(
         cap=RETRY_BACKOFF_CAP_SECONDS, base=RETRY_BACKOFF_BASE_SECONDS
     )
-    return Retry(backoff, RETRIES, (_ConnectionError, _TimeoutError))
+    return Retry(backoff, RETRIES, retried_errors(timeouts))
+
+
+def retried_errors(timeouts: bool = True) -> tuple[type[RedisError], ...]:
+    return (_ConnectionError, _TimeoutError) if timeouts else (_ConnectionError,)
 
 
 class _Sturdy(AbstractConnection):
@@ -198,6 +237,15 @@ class _Sturdy(AbstractConnection):
 
     async def on_connect(self) -> None:
         await self.retry.call_with_retry(self._handshake, lambda _: self.disconnect())
+
+    async def read_response(  # type: ignore[override]
+        self, disable_decoding: bool = False, timeout: float | None = None, **kwargs: Any
+    ) -> Any:
+        """redis-py's, with the read timeout of a blocking read (`blocking_reads`) where the
+        caller set one."""
+        if timeout is None:
+            timeout = _BLOCKING_READ.get()
+        return await super().read_response(disable_decoding, timeout, **kwargs)
 
     async def _handshake(self) -> None:
         if not self.is_connected:  # the last try's connection broke: a new one
@@ -850,6 +898,8 @@ def connect(
     connect_timeout: float = CONNECT_TIMEOUT_SECONDS,
     socket_timeout: float = SOCKET_TIMEOUT_SECONDS,
     fake_server: Any = None,
+    pool_wait: float = WAIT_FOR_CONNECTION_SECONDS,
+    retry_timeouts: bool = True,
 ) -> Any:
     """A client on `url` (or on `fake_server`, an in-process fakeredis server).
 
@@ -857,6 +907,8 @@ def connect(
     `max_connections`; with `wait` (the default) a caller past that waits up to
     `WAIT_FOR_CONNECTION_SECONDS` for a free one, without it the call fails at once.
     `name` is what `CLIENT LIST` shows. A URL that is not a Redis URL is `invalid_input`.
+    `pool_wait` bounds the wait for a free connection, and without `retry_timeouts` a
+    command that timed out is not sent again (the API's client: `api_client`).
 
     A cluster URL gives a `SturdyCluster`, with `arq` too (what arq's `Worker` calls on its
     pool, a cluster client has: see the module's docstring); `max_connections` bounds each
@@ -889,7 +941,7 @@ def connect(
         options["client_name"] = name
     pool_class: type[ConnectionPool] = BlockingConnectionPool if wait else ConnectionPool
     if wait:
-        options["timeout"] = WAIT_FOR_CONNECTION_SECONDS
+        options["timeout"] = pool_wait
     if fake_server is not None:
         from fakeredis import aioredis
 
@@ -901,8 +953,8 @@ def connect(
         options.update(
             socket_connect_timeout=connect_timeout,
             socket_timeout=socket_timeout,
-            retry=retry_policy(),
-            retry_on_error=[_ConnectionError, _TimeoutError],
+            retry=retry_policy(retry_timeouts),
+            retry_on_error=list(retried_errors(retry_timeouts)),
         )
         if not (url or DEFAULT_URL).startswith("unix:"):  # a unix socket has no keepalive
             options["socket_keepalive"] = True
@@ -922,8 +974,18 @@ def connect(
 def api_client(url: str | None, max_connections: int, name: str) -> Any:
     """The API's one client: a pool of at most `max_connections` that waits for a free
     connection rather than opening another (so a thousand listeners hold a bounded number),
-    each connection named `name` in `CLIENT LIST`."""
-    return connect(url, wait=True, name=name, max_connections=max_connections)
+    each connection named `name` in `CLIENT LIST`, and that fails fast when Redis does
+    not answer (`API_ANSWER_BOUND_SECONDS`)."""
+    return connect(
+        url,
+        wait=True,
+        name=name,
+        max_connections=max_connections,
+        connect_timeout=API_CONNECT_TIMEOUT_SECONDS,
+        socket_timeout=API_READ_TIMEOUT_SECONDS,
+        pool_wait=API_POOL_WAIT_SECONDS,
+        retry_timeouts=False,
+    )
 
 
 def _shown(url: str) -> str:

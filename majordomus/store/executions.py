@@ -28,7 +28,7 @@ from majordomus.priorities import HEAD_START, tie_rank
 from majordomus.store.base import StoreBase
 from majordomus.store.batching import BatchedScript
 from majordomus.store.clock import now_stamp, stamp_of
-from majordomus.store.connect import RedisClient, is_cluster
+from majordomus.store.connect import RedisClient, blocking_reads, is_cluster
 from majordomus.store.feed import FeedStore
 from majordomus.store.keys import Partition
 from majordomus.store.queue import QueueStore
@@ -429,9 +429,12 @@ class ExecutionStore(StoreBase):
 
     async def read_stream_after(self, execution_id: str, after: int, block_ms: int) -> list[bytes]:
         """Events after `after`, waiting up to `block_ms` for the first (for long polls)."""
-        raw = await self.redis.xread(
-            {self.keys.events(execution_id): f"{after}-0"}, count=LIMITS.page_events, block=block_ms
-        )
+        with blocking_reads(block_ms):
+            raw = await self.redis.xread(
+                {self.keys.events(execution_id): f"{after}-0"},
+                count=LIMITS.page_events,
+                block=block_ms,
+            )
         if not raw:
             return []
         return [fields[b"e"] for _, fields in raw[0][1]]

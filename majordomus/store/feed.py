@@ -29,6 +29,7 @@ from typing import Any, NamedTuple
 from redis.asyncio.cluster import RedisCluster
 
 from majordomus.store.base import StoreBase
+from majordomus.store.connect import blocking_reads
 
 CURSOR_SEPARATOR = "_"
 """What joins the partitions' stream ids in a feed cursor."""
@@ -163,17 +164,18 @@ class FeedStore(StoreBase):
         partition is read with an `XREAD` of its own, concurrently (`_read_each`)."""
         parts = self._positions(cursor)
         feeds = [p.feed for p in self.keys.partitions]
-        if len(feeds) == 1:
-            raw = await self.redis.xread({feeds[0]: parts[0]}, count=count, block=block_ms)
-            return _single(raw[0][1]) if raw else []
-        if isinstance(self.redis, RedisCluster):
-            reads = await self._read_each(parts, block_ms, count)
-        else:
-            index = {feed.encode(): i for i, feed in enumerate(feeds)}
-            answer = await self.redis.xread(
-                dict(zip(feeds, parts, strict=True)), count=count, block=block_ms
-            )
-            reads = [(index[key], raw) for key, raw in answer or ()]
+        with blocking_reads(block_ms):
+            if len(feeds) == 1:
+                raw = await self.redis.xread({feeds[0]: parts[0]}, count=count, block=block_ms)
+                return _single(raw[0][1]) if raw else []
+            if isinstance(self.redis, RedisCluster):
+                reads = await self._read_each(parts, block_ms, count)
+            else:
+                index = {feed.encode(): i for i, feed in enumerate(feeds)}
+                answer = await self.redis.xread(
+                    dict(zip(feeds, parts, strict=True)), count=count, block=block_ms
+                )
+                reads = [(index[key], raw) for key, raw in answer or ()]
         return _merged(cursor, reads, count)
 
     async def _read_each(

@@ -23,7 +23,7 @@ from majordomus.config import Settings
 from majordomus.store import clock
 from majordomus.store.base import StoreBase
 from majordomus.store.clock import now_stamp
-from majordomus.store.connect import RedisClient, is_cluster, is_in_process
+from majordomus.store.connect import RedisClient, blocking_reads, is_cluster, is_in_process
 from majordomus.store.keys import Partition
 
 RUN_EXECUTION = "run_execution"
@@ -149,13 +149,14 @@ class QueueStore(StoreBase):
         woken, stopping = part.worker_woken(worker), part.worker_stopping(worker)
         keys, args = self._take_call(part, worker, 1, token, stamp="")
         seconds = max(0.01, min(seconds, BLOCK_MAX_SECONDS))
-        async with self.redis.pipeline(transaction=False) as pipe:
-            pipe.execute_command("BLMOVE", part.wakeup, woken, "LEFT", "LEFT", f"{seconds:.3f}")
-            pipe.execute_command("EVALSHA", self._takes[0].sha, len(keys), *keys, *args, woken, stopping)
-            try:
-                _, answer = await pipe.execute()
-            except NoScriptError:  # Redis lost its scripts (restarted): load, take plainly
-                return await self._take_from(part, worker, 1, token)
+        with blocking_reads(seconds * 1000):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.execute_command("BLMOVE", part.wakeup, woken, "LEFT", "LEFT", f"{seconds:.3f}")
+                pipe.execute_command("EVALSHA", self._takes[0].sha, len(keys), *keys, *args, woken, stopping)
+                try:
+                    _, answer = await pipe.execute()
+                except NoScriptError:  # Redis lost its scripts (restarted): load, take plainly
+                    return await self._take_from(part, worker, 1, token)
         return self._answer(answer)
 
     async def stop_blocking(self, worker: str) -> None:
