@@ -596,8 +596,10 @@ def outcome(console: Console, errors: Console, snap: ExecutionSnapshot) -> None:
 def worker_status(worker: WorkerPresence) -> Text:
     if worker.silent:
         return Text("silent", style="bold red")
-    if not worker.accepting:
+    if worker.draining:  # an operator's queue.drain
         return Text("draining", style="yellow")
+    if not worker.accepting:  # stopping on SIGTERM
+        return Text("stopping", style="yellow")
     return Text("ok", style="green")
 
 

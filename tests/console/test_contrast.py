@@ -95,6 +95,8 @@ PAGES = {
     "failed execution": "/executions/{failed}",
     "start": "/start?capability=tests.login",
     "queue": "/queue",
+    "schedules": "/schedules",
+    "episodes": "/episodes",
 }
 
 

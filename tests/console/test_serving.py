@@ -14,7 +14,9 @@ pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 
 def test_every_page_address_answers_the_shell(http: httpx.Client) -> None:
-    for path in ("/", "/queue", "/start", "/executions/x-20260101T000000Z-0a1b2c3d"):
+    for path in (
+        "/", "/queue", "/schedules", "/episodes", "/start", "/executions/x-20260101T000000Z-0a1b2c3d"
+    ):
         response = http.get(path)
         assert response.status_code == 200, path
         assert response.headers["content-type"] == "text/html; charset=utf-8"

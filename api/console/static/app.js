@@ -1,5 +1,5 @@
 // The console's pages: executions (/), one execution (/executions/<id>), queue and workers
-// (/queue), start (/start). Each page is a function that renders into <main> and answers
+// (/queue), schedules (/schedules), episodes (/episodes), start (/start). Each page is a function that renders into <main> and answers
 // how to stop it (its live channel, its timers). Handler text is only ever set as
 // textContent, never parsed as HTML. Live updates are queued and applied once per
 // animation frame, so a burst of events costs one layout, not one per event. A page whose
@@ -281,6 +281,8 @@ function route() {
   if (path.startsWith("/executions/")) page = "execution";
   else if (path === "/queue") page = "queue";
   else if (path === "/start") page = "start";
+  else if (path === "/schedules") page = "schedules";
+  else if (path === "/episodes") page = "episodes";
   for (const a of document.querySelectorAll("[data-nav]")) {
     if (a.dataset.nav === page) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
   }
@@ -288,7 +290,8 @@ function route() {
   for (const key of Object.keys(main.dataset)) delete main.dataset[key];
   forgetConnection();
   main.dataset.page = page;
-  const run = {executions: executionsPage, execution: executionPage, queue: queuePage, start: startPage}[page];
+  const run = {executions: executionsPage, execution: executionPage, queue: queuePage, start: startPage,
+    schedules: schedulesPage, episodes: episodesPage}[page];
   stopPage = run(params, decodeURIComponent(path.slice("/executions/".length))) || (() => {});
 }
 
@@ -725,13 +728,14 @@ function queuePage() {
   const backlog = tableOf(["Capability", "Waiting", "Oldest wait", "Oldest", "Delayed", "Next due"], "Backlog by capability");
   backlog.body.id = "q-backlog";
   const running = el("div", {id: "q-running"});
-  const workers = tableOf(["Worker", "Host", "PID", "Running", "Last beat", "Status"], "Workers");
+  const workers = tableOf(["Worker", "Host", "PID", "Running", "Last beat", "Status", "Action"], "Workers");
+  const drainSay = el("p", {id: "q-drain-say", "aria-live": "polite"});
   workers.body.id = "q-workers";
   const failures = tableOf(["Execution", "Capability", "Code", "Message", "Finished"], "Recent failures and cancellations");
   failures.body.id = "q-failures";
   const codes = el("p", {id: "q-codes"});
   main.append(el("h1", {text: "Queue and workers"}), taken,
-    section("Backlog", backlog.wrap), section("Running, by worker", running), section("Workers", workers.wrap),
+    section("Backlog", backlog.wrap), section("Running, by worker", running), section("Workers", drainSay, workers.wrap),
     section("Recent failures and cancellations", codes, failures.wrap));
   // The report's ages as of its reading; `tick` moves them on each second, with no fetch.
   let ages = [], readAt = 0, lease = Infinity;
@@ -754,13 +758,34 @@ function queuePage() {
     el("span", {text: " "}), r.running_seconds !== undefined ? age(r.running_seconds, " s", null, "span") : null,
     el("span", {text: " "}),
     el("span", {class: "c-progress"}, meter(r.progress)));
+  // Drained by an operator (queue.drain) or stopping (SIGTERM): either way it takes nothing new.
   const workerStatus = (w) => w.silent ? el("span", {class: "state state-failed", text: "silent"})
-    : !w.accepting ? el("span", {class: "state state-cancelling", text: "draining"})
+    : w.draining ? el("span", {class: "state state-cancelling", text: "draining", title: w.drained_at ? "since " + clock(w.drained_at) : null})
+    : !w.accepting ? el("span", {class: "state state-cancelling", text: "stopping"})
     : el("span", {class: "state state-succeeded", text: "beating"});
-  const workerRow = (w) => el("tr", {"data-worker": w.id, "data-pid": w.pid, class: w.silent ? "silent" : ""},
+  async function drain(w, button) {
+    const verb = w.draining ? "undrain" : "drain";
+    const asked = w.draining ? `Let ${w.id} take executions again?`
+      : `Drain ${w.id}? It finishes the ${w.running} it runs and takes no new executions until undrained.`;
+    if (!window.confirm(asked)) return;
+    button.disabled = true;
+    try {
+      const answer = await call("/api/v1/queue/" + verb, {body: {id: w.id}});
+      drainSay.textContent = `${w.id} ${answer.worker.draining ? "drained: it takes no new executions from its next beat" : "undrained: it takes executions again"}` +
+        (answer.changed ? "." : " (it was so already).");
+    } catch (e) { drainSay.replaceChildren(problem(e)); }
+    readSoon();
+  }
+  const drainButton = (w) => {
+    const button = el("button", {type: "button", "data-drain": w.draining ? "undrain" : "drain",
+      text: w.draining ? "Undrain" : "Drain", "aria-label": (w.draining ? "Undrain " : "Drain ") + w.id});
+    button.addEventListener("click", () => drain(w, button));
+    return button;
+  };
+  const workerRow = (w) => el("tr", {"data-worker": w.id, "data-pid": w.pid, "data-draining": String(!!w.draining), class: w.silent ? "silent" : ""},
     el("td", {class: "mono", text: w.id}), el("td", {text: w.host}), el("td", {text: String(w.pid)}),
     el("td", {text: String(w.running)}), age(w.seconds_since_beat, " s ago", w.silent ? null : w),
-    el("td", {}, workerStatus(w)));
+    el("td", {}, workerStatus(w)), el("td", {}, w.silent ? null : drainButton(w)));
   const failureRow = (f) => el("tr", {"data-code": f.code},
     el("td", {}, executionLink(f.id)), el("td", {text: f.capability}), el("td", {}, el("code", {text: f.code})),
     el("td", {text: f.message + (f.suggestion ? " (" + f.suggestion + ")" : "")}), el("td", {}, time(f.finished_at)));
@@ -781,7 +806,7 @@ function queuePage() {
     const groups = [...byWorker].map(([w, list]) => el("div", {class: "group", "data-worker": w},
       el("h3", {class: "mono", text: w}), el("ul", {}, ...list.map(runningItem))));
     running.replaceChildren(...(groups.length ? groups : [el("p", {class: "muted", text: "Nothing runs."})]));
-    fill(workers.body, q.workers.map(workerRow), 6, "No worker has reported itself.");
+    fill(workers.body, q.workers.map(workerRow), 7, "No worker has reported itself.");
     const counted = {};
     for (const f of q.recent_failures) counted[f.code] = (counted[f.code] || 0) + 1;
     const byCode = Object.entries(counted).map(([c, n]) => `${c} ${n}`).join(", ");
@@ -870,6 +895,92 @@ function queuePage() {
     clearTimeout(safetyTimer);
     if (controller) controller.abort();
   };
+}
+
+// -- schedules and episodes ---------------------------------------------------------------
+// Read when opened, after each action, and every LIST_EVERY_MS (ticks move on; neither is an
+// event of the live channel), and again when a read reaches the API after one that did not.
+
+const LIST_EVERY_MS = 10000;
+
+function polled(read) {
+  let timer = null, stopped = false;
+  const again = async () => {
+    clearTimeout(timer);
+    try { await read(); connectionPart("reads", true); } catch (e) { if (!readOutcome(e)) throw e; }
+    if (!stopped) timer = setTimeout(() => again().catch(() => {}), LIST_EVERY_MS);
+  };
+  return {again, stop: () => { stopped = true; clearTimeout(timer); }};
+}
+
+function schedulesPage() {
+  const say = el("div", {id: "sc-say", "aria-live": "polite"});
+  const table = tableOf(["Schedule", "Capability", "Cron", "Time zone", "State", "Next ticks", "Last tick", "Actions"], "Schedules");
+  table.body.id = "sc-list";
+  main.append(el("h1", {text: "Schedules"}), say, table.wrap);
+  const act = async (verb, s, button) => {
+    button.disabled = true;
+    try {
+      const answer = await call("/api/v1/schedules/" + verb, {body: {id: s.id}});
+      if (verb === "run") {
+        say.replaceChildren(el("span", {text: `${s.id} started `}), link("/executions/" + answer.id, answer.id, {class: "mono"}), el("span", {text: "."}));
+      } else say.textContent = `${s.id} ${answer.schedule.paused ? "paused" : "resumed"}` + (answer.changed ? "." : " (it was so already).");
+    } catch (e) { say.replaceChildren(problem(e)); }
+    poll.again().catch((e) => say.replaceChildren(problem(e)));
+  };
+  const button = (text, verb, s) => {
+    const b = el("button", {type: "button", "data-action": verb, text, "aria-label": `${text} ${s.id}`});
+    b.addEventListener("click", () => act(verb, s, b));
+    return b;
+  };
+  const row = (s) => el("tr", {"data-schedule": s.id, "data-paused": String(s.paused)},
+    el("td", {class: "mono", text: s.id}), el("td", {}, link("/?capability=" + encodeURIComponent(s.capability), s.capability)),
+    el("td", {}, el("code", {text: s.cron})), el("td", {text: s.timezone}),
+    el("td", {}, s.paused ? el("span", {class: "state state-cancelling", text: "paused", title: s.paused_at ? "since " + clock(s.paused_at) : null})
+      : el("span", {class: "state state-succeeded", text: "active"})),
+    el("td", {class: "ticks"}, ...(s.next_ticks || []).map((t) => el("div", {}, time(t)))),
+    el("td", {}, s.last_tick_at ? time(s.last_tick_at) : el("span", {class: "muted", text: "—"}),
+      s.last_execution ? el("div", {}, link("/executions/" + s.last_execution, shortId(s.last_execution), {class: "mono", title: s.last_execution})) : null),
+    el("td", {class: "bar"}, button(s.paused ? "Resume" : "Pause", s.paused ? "resume" : "pause", s), button("Run now", "run", s)));
+  const poll = polled(async () => {
+    const answer = await call("/api/v1/schedules");
+    table.body.replaceChildren(...(answer.schedules.length ? answer.schedules.map(row)
+      : [el("tr", {}, el("td", {colspan: 8, class: "muted", text: "No schedule: declare one with its capability, or create one (schedules.create)."}))]));
+    main.dataset.loaded = "true";
+  });
+  poll.again().catch((e) => say.replaceChildren(problem(e)));
+  return poll.stop;
+}
+
+function episodesPage(params) {
+  const closed = params.get("closed") === "1";
+  const summary = el("p", {id: "ep-summary", "aria-live": "polite"});
+  const table = tableOf(["Episode", "State", "Opened", "Last seen", "Held by", "Attachments", "Executions"], "Episodes");
+  table.body.id = "ep-list";
+  const other = closed ? link("/episodes", "Show open and detached") : link("/episodes?closed=1", "Show closed");
+  main.append(el("h1", {text: closed ? "Closed episodes" : "Episodes"}), el("p", {}, other), summary, table.wrap);
+  const SHOWN = 5;  // an episode's newest executions listed here; all of them in the filtered list
+  const row = (e) => {
+    const newest = e.executions.slice(-SHOWN).reverse();
+    const state = e.state === "open" ? "state-succeeded" : e.state === "detached" ? "state-cancelling" : "state-queued";
+    const until = e.expires_at ? el("div", {class: "muted"}, el("span", {text: "closes "}), time(e.expires_at))
+      : e.closed_at ? el("div", {class: "muted"}, el("span", {text: (e.close_reason || "closed") + " "}), time(e.closed_at)) : null;
+    return el("tr", {"data-episode": e.external_id, "data-state": e.state},
+      el("td", {class: "mono", text: e.external_id}), el("td", {}, el("span", {class: "state " + state, text: e.state}), until),
+      el("td", {}, time(e.opened_at)), el("td", {}, time(e.last_seen_at)), el("td", {class: "mono", text: e.held_by || "—"}),
+      el("td", {text: String(e.attachments)}),
+      el("td", {}, ...newest.map((id) => el("div", {}, link("/executions/" + id, shortId(id), {class: "mono", title: id}))),
+        el("div", {}, link("/?episode=" + encodeURIComponent(e.external_id), `all ${e.execution_count} in the list`))));
+  };
+  const poll = polled(async () => {
+    const answer = await call("/api/v1/episodes", {query: closed ? {closed: "true"} : {}});
+    summary.textContent = `${answer.open} open, ${answer.detached} detached.`;
+    table.body.replaceChildren(...(answer.episodes.length ? answer.episodes.map(row)
+      : [el("tr", {}, el("td", {colspan: 7, class: "muted", text: closed ? "No closed episode is kept." : "No open or detached episode: an MCP client opens one with majordomus_session_attach."}))]));
+    main.dataset.loaded = "true";
+  });
+  poll.again().catch((e) => summary.replaceChildren(problem(e)));
+  return poll.stop;
 }
 
 // -- start ------------------------------------------------------------------------------
