@@ -168,6 +168,11 @@ class Called:
         return self.execution is not None and not is_final(self.execution.state)
 
 
+SILENT_PARTITION_SECONDS = 5.0
+"""How long new starts avoid a partition whose Redis did not answer one (then one is tried
+there again: the next that fails puts it off as long again)."""
+
+
 def start_unknown(capability: str, execution_id: str, key: str | None) -> MajordomusError:
     """A start whose create Redis did not answer: it may have happened or not, and the
     answer says how to know, and how to resend it safely."""
@@ -207,6 +212,21 @@ class Engine:
         """Where `wait` waits for an execution's next events. Unset, it is a blocking read of
         the execution's stream (a Redis connection per waiter); the API points it at its one
         shared feed reader, so a thousand waiters hold no connection."""
+        self._silent: dict[int, float] = {}
+        """Partitions whose Redis did not answer a start, each until when new starts go
+        elsewhere (`silent_partitions`)."""
+
+    def silent_partitions(self) -> frozenset[int]:
+        """The partitions a start without a place of its own avoids now: one whose create
+        Redis did not answer, for `SILENT_PARTITION_SECONDS` after (a shard stalled or
+        lost costs its own partition's starts, not everyone's)."""
+        if not self._silent:
+            return frozenset()
+        now = time.monotonic()
+        for index, until in list(self._silent.items()):
+            if until <= now:
+                del self._silent[index]
+        return frozenset(self._silent)
 
     # -- direct calls -------------------------------------------------------------------
 
@@ -370,6 +390,7 @@ class Engine:
                 capped=cap.id if cap.max_concurrency else None,
                 idempotency_key=key,
                 retry_of=options.retry_of,
+                avoid=self.silent_partitions(),
             )
             try:
                 created = await self.store.create(
@@ -392,6 +413,9 @@ class Engine:
                 if not draws:
                     raise
             except UNREACHABLE as exc:
+                self._silent[self.store.keys.partition_of(execution_id).index] = (
+                    time.monotonic() + SILENT_PARTITION_SECONDS
+                )
                 raise start_unknown(cap.id, execution_id, key) from exc
         if created.held_by is not None:
             return await self._held(key or "", created, fingerprint)

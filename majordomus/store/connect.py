@@ -462,6 +462,12 @@ _HOLDING: ContextVar[bool] = ContextVar("majordomus_cluster_connection", default
 """Set while a task holds a connection of a waiting cluster client, so that what it sends
 inside (a pipeline sending a redirected command again) waits for no second one."""
 
+_IN_COMMAND: ContextVar[bool] = ContextVar("majordomus_cluster_command", default=False)
+"""Set while a `SturdyCluster` command is under way (`SturdyCluster.aclose`)."""
+
+SILENT_NODE_SECONDS = 10.0
+"""How long a node that failed a command is the last one asked for the cluster's layout."""
+
 _CANNOT_SERVE = (ClusterError, SlotNotCoveredError)
 """What a cluster answers while it cannot serve a slot (CLUSTERDOWN, MASTERDOWN, a slot no
 node covers, redirections without end): an outage, not a fault of the command."""
@@ -472,9 +478,12 @@ class SturdyCluster(RedisCluster):
 
     - The bound waits. redis-py's nodes fail a command past `max_connections` at once
       (`MaxConnectionsError`); with `wait`, a caller past the bound waits up to
-      `WAIT_FOR_CONNECTION_SECONDS` for one of the client's `max_connections` turns (each
-      command or pipeline holds one while in flight, so no node opens more), then fails
-      with `ConnectionError("No connection available.")`, as a waiting pool does.
+      `pool_wait` for a turn, then fails with `ConnectionError("No connection
+      available.")`, as a waiting pool does. A command to one node takes one of that
+      node's turns (half the bound), a pipeline or a command to several nodes one of the
+      client's (the other half), so no node opens more than the bound, and a node that
+      does not answer holds its own turns only: the other nodes' commands go on.
+    - With a `deadline`, a command ends within it, retries and redirections included.
     - Connections lost to cancels come back. A node forgets a connection whose command was
       cancelled while it connected or wrote (and a pipeline's, while it read), but counts
       it: past the bound though fewer are in flight, the client closes every node and
@@ -499,13 +508,39 @@ class SturdyCluster(RedisCluster):
         seeds: list[tuple[str, int]],
         connection_class: type[AbstractConnection],
         wait: bool,
+        pool_wait: float = WAIT_FOR_CONNECTION_SECONDS,
+        deadline: float | None = None,
         **options: Any,
     ) -> None:
         super().__init__(startup_nodes=[ClusterNode(host, port) for host, port in seeds], **options)
         self.connection_kwargs["connection_class"] = connection_class  # every node made later
         self._seeds = seeds
-        self._turns = asyncio.Semaphore(options["max_connections"]) if wait else None
+        bound: int = options["max_connections"]
+        self._node_share = max(1, bound // 2)
+        self._turns = asyncio.Semaphore(max(1, bound - self._node_share)) if wait else None
+        """The turns of what goes to no one node (a pipeline, a command to every master)."""
+        self._node_turns: dict[str, asyncio.Semaphore] = {}
+        """Each node's turns: a node that does not answer holds its own, not the others'.
+        With the shared ones, no node is asked for more than `max_connections` at once."""
+        self._pool_wait = pool_wait
+        self._silent: dict[str, float] = {}
+        """Nodes that failed a command lately, each until when (`_silent_node`)."""
+        self._deadline = deadline
+        """The longest a command may take, its retries and redirections included (None:
+        as redis-py's retries go); a blocking read's own bound (`blocking_reads`) wins."""
         self._fresh_seeds()
+        # redis-py asks the first master for the command table at every new layout, and a
+        # layout is asked again after any node failed a command: with that master stalled,
+        # no layout could be had, and every command of every partition waited and failed.
+        # The table does not change while the client lives: it is asked once.
+        parser = self.commands_parser
+        asked = parser.initialize
+
+        async def table_once(node: Any = None) -> None:
+            if not parser.commands:
+                await asked(node)
+
+        parser.initialize = table_once  # type: ignore[method-assign]
 
     def _fresh_seeds(self) -> None:
         """New seed nodes (no connection yet): the nodes last known, then the URL's."""
@@ -514,7 +549,13 @@ class SturdyCluster(RedisCluster):
         for host, port in known + self._seeds:
             node = ClusterNode(host, port, **self.connection_kwargs)
             fresh.setdefault(node.name, node)
-        self.nodes_manager.startup_nodes = fresh
+        now = time.monotonic()
+        silent = {name for name, until in self._silent.items() if until > now}
+        # A node that just failed a command is asked last: a stalled one would hold every
+        # new layout for its read timeout.
+        self.nodes_manager.startup_nodes = dict(
+            sorted(fresh.items(), key=lambda item: item[0] in silent)
+        )
 
     async def initialize(self) -> RedisCluster:
         if self._initialize:  # new, or closed (the old nodes closed with it)
@@ -531,7 +572,31 @@ class SturdyCluster(RedisCluster):
             raise _ConnectionError(str(exc)) from exc
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._serve(lambda: RedisCluster.execute_command(self, *args, **kwargs))
+        return await self._serve(
+            lambda: RedisCluster.execute_command(self, *args, **kwargs),
+            self._turns_for(args, kwargs),
+        )
+
+    def _turns_for(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> asyncio.Semaphore | None:
+        """The turns of the node a command goes to: its first key's (a script's first key,
+        whose hash tag all its keys share), when the layout is known; else the client's."""
+        if self._turns is None or self._initialize or "target_nodes" in kwargs or len(args) < 2:
+            return self._turns
+        try:
+            name = str(args[0]).upper()
+            if name in ("EVALSHA", "EVAL"):
+                if len(args) < 4 or not int(args[2]):
+                    return self._turns
+                key = args[3]
+            else:
+                key = args[1]
+            node = self.nodes_manager.get_node_from_slot(self.keyslot(key))
+        except Exception:  # noqa: BLE001  no key there, or a slot no node serves yet
+            return self._turns
+        turns = self._node_turns.get(node.name)
+        if turns is None:
+            turns = self._node_turns[node.name] = asyncio.Semaphore(self._node_share)
+        return turns
 
     def pipeline(self, transaction: Any | None = None, shard_hint: Any | None = None) -> Any:
         if transaction or shard_hint:
@@ -548,30 +613,63 @@ class SturdyCluster(RedisCluster):
         """`aclose`, under the name and signature arq's `Worker.close` calls on its pool."""
         await self.aclose()
 
-    async def _serve(self, send: Callable[[], Awaitable[Any]]) -> Any:
-        turns = self._turns
+    async def aclose(self) -> None:
+        """Close every node, but when redis-py calls it from a command one node failed:
+        there it only asks for the layout again (closing every node would break the
+        commands in flight to the nodes that answer, and hold the next ones behind a new
+        layout: one stalled master would stop every partition). The failed connection is
+        closed already."""
+        if _IN_COMMAND.get():
+            self._initialize = True
+            return
+        await RedisCluster.aclose(self)
+
+    def _silent_node(self, turns: asyncio.Semaphore | None) -> None:
+        """The node whose turns these are failed a command: asked last for a layout for a
+        while (`SILENT_NODE_SECONDS`)."""
+        for name, mine in self._node_turns.items():
+            if mine is turns:
+                self._silent[name] = time.monotonic() + SILENT_NODE_SECONDS
+                return
+
+    async def _serve(
+        self, send: Callable[[], Awaitable[Any]], turns: asyncio.Semaphore | None = None
+    ) -> Any:
+        turns = turns or self._turns
         token = None
         if turns is not None and not _HOLDING.get():
             if turns.locked():
                 try:
-                    async with asyncio.timeout(WAIT_FOR_CONNECTION_SECONDS):
+                    async with asyncio.timeout(self._pool_wait):
                         await turns.acquire()
                 except TimeoutError:
                     raise _ConnectionError("No connection available.") from None
             else:
                 await turns.acquire()  # free: returns at once
             token = _HOLDING.set(True)
+        deadline = _BLOCKING_READ.get() or self._deadline
+        inside = _IN_COMMAND.set(True)
         try:
             try:
-                return await send()
+                async with asyncio.timeout(deadline):
+                    return await send()
+            except TimeoutError:
+                # The deadline, not a socket's timeout (redis-py's is its own class): a node
+                # that does not answer within it is one not answering.
+                self._silent_node(turns)
+                raise _TimeoutError(f"the cluster did not answer within {deadline:g} s") from None
             except MaxConnectionsError:
                 if token is None:  # no turns: past the bound is a failure, as in a pool
                     raise
-                await self.aclose()  # connections lost to cancels: fresh nodes
+                await RedisCluster.aclose(self)  # connections lost to cancels: fresh nodes
                 return await send()
+            except (_ConnectionError, _TimeoutError):
+                self._silent_node(turns)
+                raise
         except _CANNOT_SERVE as exc:
             raise _ConnectionError(f"the cluster cannot serve: {exc}") from exc
         finally:
+            _IN_COMMAND.reset(inside)
             if token is not None:
                 _HOLDING.reset(token)
                 cast(asyncio.Semaphore, turns).release()
@@ -664,6 +762,8 @@ def _cluster_client(
     name: str | None,
     connect_timeout: float,
     socket_timeout: float,
+    pool_wait: float = WAIT_FOR_CONNECTION_SECONDS,
+    deadline: float | None = None,
 ) -> SturdyCluster:
     """`connect` on a cluster URL: the same policy, each node with its own bound."""
     try:
@@ -690,6 +790,8 @@ def _cluster_client(
             seeds=seeds,
             connection_class=STURDY[theirs],
             wait=wait,
+            pool_wait=pool_wait,
+            deadline=deadline,
             **options,
         )
     except (TypeError, RedisClusterException) as exc:  # an option RedisCluster has not
@@ -900,6 +1002,7 @@ def connect(
     fake_server: Any = None,
     pool_wait: float = WAIT_FOR_CONNECTION_SECONDS,
     retry_timeouts: bool = True,
+    deadline: float | None = None,
 ) -> Any:
     """A client on `url` (or on `fake_server`, an in-process fakeredis server).
 
@@ -908,7 +1011,9 @@ def connect(
     `WAIT_FOR_CONNECTION_SECONDS` for a free one, without it the call fails at once.
     `name` is what `CLIENT LIST` shows. A URL that is not a Redis URL is `invalid_input`.
     `pool_wait` bounds the wait for a free connection, and without `retry_timeouts` a
-    command that timed out is not sent again (the API's client: `api_client`).
+    command that timed out is not sent again; on a cluster, whose client retries and
+    follows redirections on its own, `deadline` bounds a command whole (the API's client:
+    `api_client`).
 
     A cluster URL gives a `SturdyCluster`, with `arq` too (what arq's `Worker` calls on its
     pool, a cluster client has: see the module's docstring); `max_connections` bounds each
@@ -935,6 +1040,8 @@ def connect(
             name=name,
             connect_timeout=connect_timeout,
             socket_timeout=socket_timeout,
+            pool_wait=pool_wait,
+            deadline=deadline,
         )
     options: dict[str, Any] = {"max_connections": max_connections}
     if name is not None:
@@ -985,6 +1092,7 @@ def api_client(url: str | None, max_connections: int, name: str) -> Any:
         socket_timeout=API_READ_TIMEOUT_SECONDS,
         pool_wait=API_POOL_WAIT_SECONDS,
         retry_timeouts=False,
+        deadline=API_ANSWER_BOUND_SECONDS - API_POOL_WAIT_SECONDS,
     )
 
 

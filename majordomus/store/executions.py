@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Sequence
+import random
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -144,10 +145,12 @@ class ExecutionStore(StoreBase):
         capped: str | None = None,
         idempotency_key: str | None = None,
         retry_of: str | None = None,
+        avoid: Collection[int] = (),
     ) -> str:
         """A fresh execution id, in the partition its start must be written in: a capped
         capability's (`capped`: its slots are kept there), else the retried attempt's, else
-        its idempotency key's; any other goes anywhere (the suffix picks, at random)."""
+        its idempotency key's; any other goes anywhere (the suffix picks, at random), but
+        not in a partition of `avoid` (ones not answering) while another is left."""
         k = self.keys
         if k.partition_count == 1:
             return new_execution_id()
@@ -158,7 +161,10 @@ class ExecutionStore(StoreBase):
         elif idempotency_key is not None:
             part = k.partition_of_key(idempotency_key)
         else:
-            return new_execution_id()
+            left = [i for i in range(k.partition_count) if i not in avoid]
+            if not avoid or not left:
+                return new_execution_id()
+            return new_execution_id(partition=random.choice(left), partitions=k.partition_count)
         return new_execution_id(partition=part.index, partitions=k.partition_count)
 
     async def create(

@@ -94,7 +94,10 @@ async def test_a_sentinel_url_gives_a_client_of_the_master_with_the_policy_of_ev
         managed = pool.connection_class
         assert managed is SENTINEL_MANAGED[Connection]
         assert issubclass(managed, SentinelManagedConnection)
-        assert managed.read_response is SentinelManagedConnection.read_response
+        # Its reads are the sentinel-managed connection's (READONLY: a broken connection),
+        # reached through `_Sturdy`'s, which only sets a blocking read's timeout.
+        assert managed.read_response is STURDY[Connection].read_response
+        assert "read_response" in SentinelManagedConnection.__dict__  # next in line
         sturdy = STURDY[Connection]
         for method in ("send_packed_command", "on_connect", "pack_command"):
             assert getattr(managed, method) is getattr(sturdy, method), method

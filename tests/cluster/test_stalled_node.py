@@ -1,0 +1,142 @@
+"""One master of the cluster stalled (SIGSTOP: its connections open, nothing answered):
+the API's client fails what goes to that master within the API's bound, and what goes to
+the others is answered meanwhile, many commands to the stalled master in flight or not."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from typing import Any
+
+import pytest
+from redis.cluster import key_slot
+
+from majordomus.store.connect import API_ANSWER_BOUND_SECONDS, api_client
+from majordomus.store.failures import UNREACHABLE
+from majordomus.store.local_cluster import LocalCluster
+
+pytestmark = pytest.mark.slow
+
+
+def key_on(cluster: LocalCluster, port: int, prefix: str) -> str:
+    """A key whose slot the master on `port` serves."""
+    for n in range(10_000):
+        key = f"{prefix}:{n}"
+        if cluster.owner(key_slot(key.encode())) == port:
+            return key
+    raise AssertionError(f"no key of {prefix} lands on {port}")
+
+
+async def test_a_stalled_master_fails_its_own_commands_fast_and_holds_nobody_else(
+    cluster: LocalCluster, cluster_client: Any
+) -> None:
+    stalled, *healthy = cluster.ports
+    on_stalled = key_on(cluster, stalled, "stall")
+    on_healthy = [key_on(cluster, port, "fine") for port in healthy]
+    client = api_client(cluster.url, 8, "test-stalled-node")
+    try:
+        for key in [on_stalled, *on_healthy]:
+            await client.set(key, "1")
+        process = cluster.processes[stalled]
+        process.send_signal(signal.SIGSTOP)
+        try:
+
+            async def timed(key: str) -> tuple[bool, float]:
+                t0 = time.monotonic()
+                try:
+                    await client.get(key)
+                    return True, time.monotonic() - t0
+                except UNREACHABLE:
+                    return False, time.monotonic() - t0
+
+            # More commands to the stalled master than the client has connections (8),
+            # beside reads of the healthy ones, all at once.
+            stalled_reads = [asyncio.create_task(timed(on_stalled)) for _ in range(12)]
+            await asyncio.sleep(0.1)
+            healthy_reads = await asyncio.gather(*(timed(k) for k in on_healthy * 3))
+            stalled_answers = await asyncio.gather(*stalled_reads)
+        finally:
+            process.send_signal(signal.SIGCONT)
+        assert all(ok for ok, _ in healthy_reads), healthy_reads
+        assert not any(ok for ok, _ in stalled_answers), stalled_answers
+        bound = API_ANSWER_BOUND_SECONDS + 1.0  # a loaded machine's slack
+        assert max(t for _, t in stalled_answers) < bound, stalled_answers
+        # Back: the same client answers for the master that was stalled.
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                assert await client.get(on_stalled) == b"1"
+                break
+            except UNREACHABLE:
+                assert time.monotonic() < deadline, "the stalled master never answered again"
+                await asyncio.sleep(0.2)
+    finally:
+        await client.aclose()
+
+
+async def test_starts_go_to_partitions_that_answer_and_the_stalled_ones_fail_fast(
+    cluster: LocalCluster, cluster_client: Any
+) -> None:
+    from majordomus.engine import Engine
+    from majordomus.errors import MajordomusError
+    from majordomus.registry import REGISTRY
+    from majordomus.start_options import StartOptions
+    from majordomus.store.keys import Keys, slot_of
+    from tests.conftest import make_settings
+
+    settings = make_settings(cluster.url, partitions=3, key_prefix="mdstall")
+    keys = Keys("mdstall", 3)
+    stalled_port = cluster.owner(slot_of(keys.partitions[0].tag))
+    stalled = {p.index for p in keys.partitions if cluster.owner(slot_of(p.tag)) == stalled_port}
+    client = api_client(cluster.url, 8, "test-stalled-partition")
+    engine = Engine(client, REGISTRY, settings)
+    try:
+        before = [(await engine.start("tests.noop", {})).id for _ in range(12)]
+        in_stalled = next(i for i in before if keys.partition_of(i).index in stalled)
+        held_key = next(
+            f"k{n}" for n in range(1000) if keys.partition_of_key(f"k{n}").index in stalled
+        )
+        process = cluster.processes[stalled_port]
+        process.send_signal(signal.SIGSTOP)
+        refused: list[MajordomusError] = []
+        started: list[str] = []
+        took: list[float] = []
+        try:
+            for _ in range(30):
+                t0 = time.monotonic()
+                try:
+                    started.append((await engine.start("tests.noop", {})).id)
+                except MajordomusError as exc:
+                    refused.append(exc)
+                took.append(time.monotonic() - t0)
+            t0 = time.monotonic()
+            with pytest.raises(MajordomusError) as keyed:
+                await engine.start(
+                    "tests.noop", {}, options=StartOptions(idempotency_key=held_key)
+                )
+            keyed_took = time.monotonic() - t0
+            t0 = time.monotonic()
+            with pytest.raises(UNREACHABLE):  # the API answers it 503 unavailable
+                await engine.get(in_stalled)
+            read_took = time.monotonic() - t0
+        finally:
+            process.send_signal(signal.SIGCONT)
+        bound = API_ANSWER_BOUND_SECONDS + 1.0  # a loaded machine's slack
+        # At most the first start drawn there fails (it says it may have happened); every
+        # later one goes to a partition that answers.
+        assert len(refused) <= 1 and all(e.code == "unavailable" for e in refused)
+        assert started and not any(keys.partition_of(i).index in stalled for i in started[1:])
+        assert max(took) < bound and keyed_took < bound and read_took < bound
+        assert keyed.value.code == "unavailable" and held_key in (keyed.value.suggestion or "")
+        # Back: the stalled partition answers again, its execution is there.
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                assert (await engine.get(in_stalled)).id == in_stalled
+                break
+            except UNREACHABLE:
+                assert time.monotonic() < deadline, "the stalled partition never answered again"
+                await asyncio.sleep(0.2)
+    finally:
+        await client.aclose()
