@@ -468,6 +468,10 @@ _IN_COMMAND: ContextVar[bool] = ContextVar("majordomus_cluster_command", default
 SILENT_NODE_SECONDS = 10.0
 """How long a node that failed a command is the last one asked for the cluster's layout."""
 
+CLUSTER_COMMAND_SECONDS = 5.0
+"""The longest a cluster client's command takes, retries and redirections included (the
+API's is shorter): redis-py's retries of a master that does not answer would take 40 s."""
+
 _CANNOT_SERVE = (ClusterError, SlotNotCoveredError)
 """What a cluster answers while it cannot serve a slot (CLUSTERDOWN, MASTERDOWN, a slot no
 node covers, redirections without end): an outage, not a fault of the command."""
@@ -1041,7 +1045,7 @@ def connect(
             connect_timeout=connect_timeout,
             socket_timeout=socket_timeout,
             pool_wait=pool_wait,
-            deadline=deadline,
+            deadline=CLUSTER_COMMAND_SECONDS if deadline is None else deadline,
         )
     options: dict[str, Any] = {"max_connections": max_connections}
     if name is not None:

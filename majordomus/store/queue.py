@@ -13,6 +13,8 @@ does.
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -24,7 +26,10 @@ from majordomus.store import clock
 from majordomus.store.base import StoreBase
 from majordomus.store.clock import now_stamp
 from majordomus.store.connect import RedisClient, blocking_reads, is_cluster, is_in_process
+from majordomus.store.failures import UNREACHABLE
 from majordomus.store.keys import Partition
+
+log = logging.getLogger("majordomus.store")
 
 RUN_EXECUTION = "run_execution"
 """The name of the one arq function a majordomus worker registers (arq wants one)."""
@@ -36,6 +41,9 @@ taken for a dead connection)."""
 STOPPING_KEPT_MS = 600_000
 """How long a stopping worker's mark is kept (longer than any shutdown grace)."""
 
+SILENT_PARTITION_SECONDS = 3.0
+"""How long takes pass by a partition whose Redis did not answer one (then it is asked
+again, with the token of its unanswered take)."""
 TAKE_KEPT_SECONDS = 24 * 3600
 """How long a worker's last take is kept for answering it again (`take.lua`): longer than
 any outage a worker waits through. The worker sends a take whose answer was lost again as
@@ -77,6 +85,10 @@ class QueueStore(StoreBase):
         # One text per partition, its keys and settings as constants (`scripts`).
         self._takes = [self._take_script(part) for part in self.keys.partitions]
         self._turn = 0
+        self._unanswered: dict[int, str] = {}
+        """Per partition, the token of a take whose Redis did not answer (`take`)."""
+        self._silent: dict[int, float] = {}
+        """Per partition that did not answer a take, until when takes pass it by."""
 
     def _take_script(self, part: Partition) -> AsyncScript:
         return self.partition_script("take.lua", part, {
@@ -106,9 +118,29 @@ class QueueStore(StoreBase):
                 start, visits = parts.index(self.keys.partition_of(first)), 1
         taken: list[Taken] = []
         heads: list[float] = []
+        now = time.monotonic()
         for step in range(visits):
             part = parts[(start + step) % len(parts)]
-            one = await self._take_from(part, worker, count - len(taken), token)
+            if len(parts) > 1 and self._silent.get(part.index, 0.0) > now:
+                continue  # not answering lately: the others are served meanwhile
+            mine = self._unanswered.get(part.index, token)
+            try:
+                one = await self._take_from(part, worker, count - len(taken), mine)
+            except UNREACHABLE:
+                if len(parts) == 1:
+                    raise
+                # Its partition's Redis did not answer: what the take may have started there
+                # is answered to the same token, sent when it answers again; until then the
+                # other partitions are taken from (a stalled shard costs its own partition).
+                self._unanswered[part.index] = mine
+                self._silent[part.index] = time.monotonic() + SILENT_PARTITION_SECONDS
+                log.warning(
+                    "partition %d of Redis did not answer a take: taking from the others "
+                    "for %g s", part.index, SILENT_PARTITION_SECONDS,
+                )
+                continue
+            self._unanswered.pop(part.index, None)
+            self._silent.pop(part.index, None)
             if one.lapsed:
                 return one
             taken.extend(one.taken)

@@ -140,3 +140,54 @@ async def test_starts_go_to_partitions_that_answer_and_the_stalled_ones_fail_fas
                 await asyncio.sleep(0.2)
     finally:
         await client.aclose()
+
+
+async def test_takes_go_on_from_the_partitions_that_answer_and_recover_the_stalled_ones(
+    cluster: LocalCluster, cluster_client: Any
+) -> None:
+    from majordomus.engine import Engine
+    from majordomus.registry import REGISTRY
+    from majordomus.store.connect import connect
+    from majordomus.store.keys import Keys, slot_of
+    from tests.conftest import make_settings
+
+    settings = make_settings(cluster.url, partitions=3, key_prefix="mdtake")
+    keys = Keys("mdtake", 3)
+    stalled_port = cluster.owner(slot_of(keys.partitions[0].tag))
+    stalled = {p.index for p in keys.partitions if cluster.owner(slot_of(p.tag)) == stalled_port}
+    client = connect(cluster.url)  # a worker's client
+    engine = Engine(client, REGISTRY, settings)
+    store = engine.store
+    try:
+        for part in keys.partitions:  # a worker whose lease holds, in every partition
+            await client.set(part.lease("w"), 1, px=120_000)
+        ids = [(await engine.start("tests.noop", {})).id for _ in range(30)]
+        there = {i for i in ids if keys.partition_of(i).index in stalled}
+        assert there and len(there) < len(ids)
+        process = cluster.processes[stalled_port]
+        process.send_signal(signal.SIGSTOP)
+        taken: list[str] = []
+        try:
+            # The first take meets the stalled partition and goes on without it; the next
+            # ones pass it by, and every execution of the other partitions is taken.
+            for _ in range(10):
+                take = await store.take("w", 5, store.next_token())
+                taken += [t.execution_id for t in take.taken]
+        finally:
+            process.send_signal(signal.SIGCONT)
+        assert set(taken) == set(ids) - there
+        # Back: the take it did not hear is answered to its token (what it started is not
+        # stranded), and the rest of that partition is taken.
+        deadline = time.monotonic() + 15
+        while set(taken) != set(ids):
+            assert time.monotonic() < deadline, f"never taken: {set(ids) - set(taken)}"
+            try:
+                take = await store.take("w", 5, store.next_token())
+            except UNREACHABLE:
+                await asyncio.sleep(0.2)
+                continue
+            taken += [t.execution_id for t in take.taken]
+            await asyncio.sleep(0.05)
+        assert sorted(taken) == sorted(ids), "an execution was taken twice"
+    finally:
+        await client.aclose()
