@@ -2,7 +2,8 @@
 
 The page is one self-contained HTML file. It loads nothing from the network (no CDN: the
 page must work on a machine without internet), reads `/openapi.json`, lists every operation
-with its parameters or body and answers, lets a person try each one, and can follow an
+with its parameters or body and answers, lets a person try each one (each parameter where the
+document puts it: the query string, or a header such as `Prefer`), and can follow an
 execution on the live channel. With `MAJORDOMUS_API_TOKEN` set the page itself is open (it
 holds no data) and asks for the token, which it sends as `Authorization: Bearer` on every
 call it makes.
@@ -117,11 +118,13 @@ function resolve(doc, s) {
   return s || {};
 }
 function example(doc, schema) {
-  const s = resolve(doc, schema);
+  let s = resolve(doc, schema);
+  // A union (executions.start's input, per capability): its first branch.
+  if (s.oneOf && s.oneOf.length) s = resolve(doc, s.oneOf[0]);
   const out = {};
   for (const name of s.required || []) {
     const p = resolve(doc, (s.properties || {})[name]);
-    out[name] = p.type === "integer" || p.type === "number" ? 0 :
+    out[name] = p.const !== undefined ? p.const : p.type === "integer" || p.type === "number" ? 0 :
                 p.type === "boolean" ? false : p.type === "object" ? {} :
                 p.type === "array" ? [] : "";
   }
@@ -145,7 +148,8 @@ function operation(doc, path, method, op) {
     for (const p of op.parameters) {
       const input = el("input", {class: "p", placeholder: p.required ? "required" : "optional"});
       inputs[p.name] = input;
-      table.append(el("tr", {}, el("td", {}, el("code", {text: p.name})), el("td", {}, input),
+      const where = p.in === "header" ? " (header)" : "";
+      table.append(el("tr", {}, el("td", {}, el("code", {text: p.name}), where), el("td", {}, input),
         el("td", {text: p.description || ""})));
     }
     body.append(table);
@@ -158,10 +162,16 @@ function operation(doc, path, method, op) {
   const out = el("pre", {text: ""});
   const button = el("button", {text: "try it"});
   button.addEventListener("click", async () => {
+    // Each parameter where the document puts it: the query string, or a header (`Prefer`).
     const query = new URLSearchParams();
-    for (const [name, input] of Object.entries(inputs)) if (input.value !== "") query.set(name, input.value);
+    const sent = textarea ? {"Content-Type": "application/json"} : {};
+    for (const p of op.parameters || []) {
+      const value = inputs[p.name].value;
+      if (value === "") continue;
+      if (p.in === "header") sent[p.name] = value; else query.set(p.name, value);
+    }
     const url = path + (query.toString() ? "?" + query : "");
-    const init = {method: M, headers: headers(textarea ? {"Content-Type": "application/json"} : {})};
+    const init = {method: M, headers: headers(sent)};
     if (textarea) init.body = textarea.value;
     out.textContent = M + " " + url + " ...";
     try { await show(out, await fetch(url, init)); } catch (e) { out.textContent = String(e); }

@@ -19,7 +19,7 @@ from majordomus.api.errors import ErrorEnvelope
 from majordomus.config import LIMITS
 from majordomus.model import ExecutionSnapshot
 from majordomus.registry import Capability, Registry
-from majordomus.schemas import schema_components
+from majordomus.schemas import FROM_CONNECTION, INPUT_OF, schema_components
 
 REF = "#/components/schemas/{name}"
 EXECUTION_HEADER = "Majordomus-Execution"
@@ -58,11 +58,17 @@ def capability_types(registry: Registry) -> list[Capability]:
 
 def openapi_document(registry: Registry, *, token_required: bool = False) -> dict[str, Any]:
     caps = capability_types(registry)
+    startable = [c for c in registry if c.executable]
     types: list[Any] = [ErrorEnvelope, ExecutionSnapshot]
     for cap in caps:
         types.extend((cap.input, cap.output))
+    types.extend(c.input for c in startable)
     refs, components = schema_components(types, REF)
     error_ref, snapshot_ref = refs[0], refs[1]
+    started_refs = refs[2 + 2 * len(caps) :]
+    for name in list(components):
+        _given_over_http(components[name])
+        _per_capability(name, components, list(zip(startable, started_refs, strict=True)))
     paths: dict[str, dict[str, Any]] = {}
     for i, cap in enumerate(caps):
         input_ref, output_ref = refs[2 + 2 * i], refs[3 + 2 * i]
@@ -139,7 +145,7 @@ def _operation(
     else:
         schema = _resolve(input_ref, components)
         operation["requestBody"] = {
-            "required": bool(schema.get("required")),
+            "required": bool(schema.get("required") or schema.get("oneOf")),
             "content": {"application/json": {"schema": input_ref}},
         }
         operation["responses"]["413"] = _error(error_ref, "invalid_input: the body is over 1 MiB")
@@ -182,6 +188,75 @@ def _add_execution_answers(operation: dict[str, Any], snapshot_ref: dict[str, An
             "schema": {"type": "string"},
         }
     )
+
+
+def _given_over_http(schema: dict[str, Any]) -> None:
+    """Members an MCP connection would supply when left out (`FROM_CONNECTION`) are
+    required, and not null, over HTTP: a request here has no connection, so one that leaves
+    them out is always refused."""
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        return
+    for name, prop in list(props.items()):
+        if isinstance(prop, dict) and prop.get(FROM_CONNECTION):
+            props[name] = without_null(prop)
+            schema["required"] = sorted({*schema.get("required", []), name})
+
+
+def _per_capability(
+    name: str, components: dict[str, Any], startable: list[tuple[Capability, dict[str, Any]]]
+) -> None:
+    """An input with a member that is another capability's input (`INPUT_OF`), as
+    `executions.start`'s, described once per capability that runs as an execution: the
+    component becomes a union of one branch per capability, discriminated by the member
+    that names it, each branch holding that capability's own input schema. A request that
+    fits a branch is one the server takes; an object that fits none (an input its
+    capability refuses, a capability this server does not import) is refused.
+
+    Only capabilities this API process imports are listed: one its workers run and publish
+    without this process importing its module is started all the same, outside the
+    document."""
+    schema = components[name]
+    props = schema.get("properties")
+    if not isinstance(props, dict) or not startable:
+        return
+    held = [(k, p[INPUT_OF]) for k, p in props.items() if isinstance(p, dict) and INPUT_OF in p]
+    if not held:
+        return
+    member, naming = held[0]
+    branches: dict[str, dict[str, Any]] = {}
+    for cap, input_ref in startable:
+        branch = {k: v for k, v in schema.items() if k not in ("title", "description")}
+        given = {k: v for k, v in props[member].items() if k not in (INPUT_OF, "type")}
+        branch["title"] = f"{name} of {cap.id}"
+        branch["properties"] = {
+            **props,
+            naming: {"const": cap.id, "type": "string", "description": cap.title},
+            member: {**given, **input_ref},
+        }
+        if not _takes_nothing(cap):
+            branch["required"] = sorted({*schema.get("required", []), member})
+            branch["properties"][member].pop("default", None)
+        branches[cap.id] = branch
+    components[name] = {
+        "title": schema.get("title", name),
+        "description": f"{schema.get('description', '')} One branch per capability, by "
+        f"`{naming}`; its `{member}` is that capability's input.".strip(),
+        "oneOf": [{"$ref": REF.format(name=f"{name}.{c}")} for c in branches],
+        "discriminator": {
+            "propertyName": naming,
+            "mapping": {c: REF.format(name=f"{name}.{c}") for c in branches},
+        },
+    }
+    for cap_id, branch in branches.items():
+        components[f"{name}.{cap_id}"] = branch
+
+
+def _takes_nothing(cap: Capability) -> bool:
+    """Whether the capability's input may be left out (the empty object is valid)."""
+    import jsonschema
+
+    return bool(jsonschema.Draft202012Validator(cap.input_schema).is_valid({}))
 
 
 def _parameters(schema: dict[str, Any], components: dict[str, Any]) -> list[dict[str, Any]]:

@@ -142,10 +142,12 @@ class Limits(msgspec.Struct, frozen=True):
     validation_problems: int = 5
     wait_default_ms: int = 30_000
     wait_bound_ms: int = 60_000
-    call_wait_ms: int = 10_000
+    call_wait_ms: int = 8_000
     """How long a capability's own route waits for the execution it started before it
     answers `202` with the execution as it stands (a request may ask for up to
-    `wait_bound_ms`, or for no wait at all, with `Prefer`)."""
+    `wait_bound_ms`, or for no wait at all, with `Prefer`). Under 10 s, so the answer
+    reaches a client with the common 10 s timeout (schemathesis', many HTTP tools') before
+    it gives up."""
     body_bytes: int = 1024 * 1024
 
 

@@ -39,6 +39,7 @@ from msgspec import UNSET, UnsetType
 
 from majordomus.errors import MajordomusError, invalid_input
 from majordomus.priorities import Priority
+from majordomus.schemas import PROBLEMS
 from majordomus.store.clock import stamp_of
 
 if TYPE_CHECKING:
@@ -57,6 +58,79 @@ MISSED_CODE = "schedule.missed"
 
 NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,200}$"
+
+
+def _any_case(word: str) -> str:
+    return "".join(f"[{c.upper()}{c.lower()}]" for c in word)
+
+
+def _cron_field(value: str, alone: tuple[str, ...] = ()) -> str:
+    """A cron field: a list of `*`, values and ranges, each with an optional `/step`, or one
+    of `alone` as the whole field."""
+    step = r"(/[1-9][0-9]?)"
+    item = rf"(\*{step}?|({value})(-({value}))?{step}?)"
+    return rf"({item}(,{item})*" + "".join(f"|{a}" for a in alone) + ")"
+
+
+_MONTHS = "|".join(_any_case(m) for m in "jan feb mar apr may jun jul aug sep oct nov dec".split())
+_DAYS = "|".join(_any_case(d) for d in "sun mon tue wed thu fri sat".split())
+_SIXTY = _cron_field(r"[1-5]?[0-9]")
+_FIVE = r"[ \t]+".join(
+    (
+        _SIXTY,  # minute
+        _cron_field(r"1?[0-9]|2[0-3]"),  # hour
+        _cron_field(r"[12][0-9]|3[01]|[1-9]", ("L", r"\?")),  # day of the month
+        _cron_field(rf"1[0-2]|[1-9]|{_MONTHS}"),  # month
+        _cron_field(rf"[0-7]|{_DAYS}", (r"\?",)),  # day of the week
+    )
+)
+CRON_ALIASES = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+CRON_PATTERN = rf"^[ \t]*({'|'.join(CRON_ALIASES)}|({_SIXTY}[ \t]+)?{_FIVE})[ \t]*$"
+"""What a cron expression may be, as the schema of `schedules.create` says it: 5 fields or 6
+(the seconds first) of values in range, names of months and days in any case, `*`, ranges,
+lists and steps, `L` and `?` for the day of the month, `?` for the weekday; or an alias.
+Every expression it matches is one croniter reads (what `check_cron` checks), so a
+request that fits the schema is not refused for its cron, but for the rare one that never
+ticks (`0 0 30 2 *`); croniter's rarer forms (`5#2`, `H`) are outside it."""
+
+Cron = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=CRON_PATTERN,
+        extra_json_schema={
+            PROBLEMS: {
+                "pattern": "is not valid cron: not 5 or 6 fields (minute hour day month "
+                "weekday, the seconds first when 6) of values in range, nor an alias such "
+                "as @hourly"
+            }
+        },
+    ),
+]
+"""A cron expression (`CRON_PATTERN`), as an input takes one."""
+
+
+def known_time_zones() -> list[str]:
+    """The time zones this process can read (`zone`): the system's tz database or the
+    `tzdata` package, and `UTC`, which needs neither."""
+    from zoneinfo import available_timezones
+
+    return sorted(available_timezones() | {"UTC"})
+
+
+TimeZone = Annotated[
+    str,
+    msgspec.Meta(
+        extra_json_schema={
+            "enum": known_time_zones(),
+            PROBLEMS: {
+                "enum": "is not a time zone this server knows (an IANA name such as UTC, "
+                "Europe/Paris or America/New_York)"
+            },
+        }
+    ),
+]
+"""An IANA time zone this process knows, as an input takes one: the schema lists them."""
+
 
 ScheduleName = Annotated[str, msgspec.Meta(pattern=NAME_PATTERN)]
 """Letters, digits, '_' and '-', at most 64: the schedule's id is `<capability id>:<name>`."""

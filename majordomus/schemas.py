@@ -43,6 +43,18 @@ PROBLEMS = "x-majordomus-problems"
 the rest of a sentence that starts with the value (`{"pattern": "is not an execution
 id"}`): a person reads that, not the regular expression."""
 
+INPUT_OF = "x-majordomus-input-of"
+"""On a member of an input, the name of another member that names a capability: this one
+is that capability's input (`executions.start`'s `input`, of its `capability`). The
+OpenAPI document describes such an input once per capability that runs as an execution, a
+union discriminated by the naming member (`api.openapi`); the engine validates it against
+the named capability's own schema."""
+
+FROM_CONNECTION = "x-majordomus-from-connection"
+"""On an optional member of an input: left out, it is taken from the calling MCP
+connection (`episodes.detach`'s `external_id`). A request over HTTP has no connection, so
+the OpenAPI document requires the member."""
+
 MAX_INPUT_DEPTH = 64
 """How deeply an input's arrays and objects may nest (the input itself is level 1). A
 deeper one is `invalid_input` before validation: validating, redacting and encoding

@@ -7,7 +7,7 @@ episode is lives in `majordomus.episodes`, its storage in `majordomus.store.epis
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 from msgspec import UNSET, UnsetType
@@ -17,6 +17,7 @@ from majordomus.config import LIMITS, clamp
 from majordomus.episodes import Episode, EpisodeConnection, ExternalId, checked_external_id
 from majordomus.errors import not_found, refused
 from majordomus.registry import capability
+from majordomus.schemas import FROM_CONNECTION
 
 if TYPE_CHECKING:
     from majordomus.context import Context
@@ -44,8 +45,11 @@ class AttachOutput(msgspec.Struct):
 class DetachInput(msgspec.Struct, forbid_unknown_fields=True):
     """The input of `episodes.detach`."""
 
-    external_id: ExternalId | None = None
-    """The episode to close; absent: the one the calling MCP connection holds."""
+    external_id: Annotated[
+        ExternalId | None, msgspec.Meta(extra_json_schema={FROM_CONNECTION: True})
+    ] = None
+    """The episode to close; absent: the one the calling MCP connection holds (over HTTP,
+    which has none, it must be given)."""
 
 
 class DetachOutput(msgspec.Struct):
@@ -95,10 +99,11 @@ def _connection(ctx: Context) -> EpisodeConnection | None:
         "it rather than closing it, and it is closed by majordomus_session_detach or by the "
         "reaper once the reattach grace has passed. Executions started while it is held "
         "carry it in 'episode'. Needs an MCP connection: over plain HTTP there is none to "
-        "bind to, and the call is refused."
+        "bind to, so it has no route (an episode attached over HTTP would be held by nothing "
+        "that could lose it)."
     ),
     mcp="majordomus_session_attach",
-    http=("POST", "/api/v1/episodes/attach"),
+    http=None,
     cli=None,
     **CONTROL,
 )

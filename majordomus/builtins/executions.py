@@ -28,6 +28,7 @@ from majordomus.model import (
 )
 from majordomus.priorities import Priority
 from majordomus.registry import capability
+from majordomus.schemas import INPUT_OF
 from majordomus.start_options import StartOptions
 from majordomus.states import ExecutionState
 from majordomus.store import clock
@@ -51,7 +52,7 @@ class StartInput(msgspec.Struct, forbid_unknown_fields=True):
     """The input of `executions.start`."""
 
     capability: str
-    input: dict[str, Any] = {}
+    input: Annotated[dict[str, Any], msgspec.Meta(extra_json_schema={INPUT_OF: "capability"})] = {}
     """The capability's input, a JSON object validated against its own schema; absent, it
     is the empty object."""
     episode: str | None = None

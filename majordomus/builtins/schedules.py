@@ -10,7 +10,7 @@ in `majordomus.ticker` (run by every worker); nothing here ticks.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
@@ -20,16 +20,19 @@ from majordomus.model import ExecutionSnapshot
 from majordomus.priorities import Priority
 from majordomus.registry import capability
 from majordomus.schedules import (
+    Cron,
     Missed,
     ScheduleDefinition,
     ScheduleId,
     ScheduleName,
     ScheduleView,
     StoredSchedule,
+    TimeZone,
     check_cron,
     created_id,
     view_of,
 )
+from majordomus.schemas import INPUT_OF
 from majordomus.store import clock
 
 if TYPE_CHECKING:
@@ -46,12 +49,14 @@ class CreateInput(msgspec.Struct, forbid_unknown_fields=True):
 
     capability: str
     """The capability each tick starts (one that runs as an execution)."""
-    cron: str
+    cron: Cron
     """Five fields (minute hour day month weekday) or six with the seconds first:
     '* * * * * *' is every second, '0 9 * * 1-5' 09:00 on weekdays; or '@hourly', '@daily'."""
-    timezone: str = "UTC"
+    timezone: TimeZone = "UTC"
     """The IANA time zone the cron is read in (Europe/Paris, America/New_York...)."""
-    execution_input: dict[str, Any] = {}
+    execution_input: Annotated[
+        dict[str, Any], msgspec.Meta(extra_json_schema={INPUT_OF: "capability"})
+    ] = {}
     """The input of every execution it starts, checked now against the capability's schema
     (kept whole for the workers; shown redacted, as an execution's is)."""
     missed: Missed = "once"

@@ -165,5 +165,32 @@ def test_an_id_parameter_carries_its_pattern_in_the_document() -> None:
         (id_param,) = [p for p in document["paths"][path]["get"]["parameters"] if p["name"] == "id"]
         assert id_param["schema"]["pattern"] == "^x-[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}$"
     components = document["components"]["schemas"]
-    assert components["StartInput"]["properties"]["input"]["type"] == "object"
+    branches = components["StartInput"]["discriminator"]["mapping"]
+    assert set(branches) == {c.id for c in REGISTRY if c.executable}
+    demo = components[branches["executions.demonstrate"].rsplit("/", 1)[-1]]
+    assert demo["properties"]["capability"]["const"] == "executions.demonstrate"
+    assert demo["properties"]["input"]["$ref"].endswith("/DemoInput")
     assert components["CancelInput"]["properties"]["id"]["pattern"].startswith("^x-")
+
+
+def test_a_start_is_described_per_capability_and_a_schedule_by_its_cron_and_zone() -> None:
+    """`executions.start`'s input is its capability's own; `schedules.create`'s cron and
+    time zone are what the server reads: a body the document describes is one it takes."""
+    document = openapi_document(REGISTRY)
+    components = document["components"]["schemas"]
+    check = jsonschema.Draft202012Validator(
+        {"$ref": "#/components/schemas/StartInput", "components": {"schemas": components}}
+    )
+    assert check.is_valid({"capability": "executions.demonstrate", "input": {"steps": 3}})
+    assert not check.is_valid({"capability": "executions.demonstrate", "input": {"nope": 1}})
+    assert not check.is_valid({"capability": "executions.list", "input": {}})
+    create = jsonschema.Draft202012Validator(
+        {"$ref": "#/components/schemas/CreateInput", "components": {"schemas": components}}
+    )
+    base = {"capability": "executions.demonstrate"}
+    for cron in ("* * * * *", "*/5 * * * * *", "0 9 * * mon-fri", "@hourly", "0 0 L * *"):
+        assert create.is_valid({**base, "cron": cron}), cron
+    for cron in ("", " ", "every second", "61 * * * *", "* * * *", "* * * * * * *"):
+        assert not create.is_valid({**base, "cron": cron}), cron
+    assert create.is_valid({**base, "cron": "@daily", "timezone": "Europe/Paris"})
+    assert not create.is_valid({**base, "cron": "@daily", "timezone": "Mars/Olympus_Mons"})

@@ -193,8 +193,15 @@ async def test_attach_over_plain_http_is_refused(api: ApiProcess, engine: Engine
         answer = await http.post("/api/v1/episodes/attach", json={"external_id": "web"})
         unnamed = await http.post("/api/v1/episodes/detach", json={})
         listed = await http.get("/api/v1/episodes")
-    assert answer.status_code == 422
-    assert answer.json()["error"]["code"] == "refused"
+        document = (await http.get("/openapi.json")).json()
+    # Attaching needs an MCP connection: no route, and none in the document.
+    assert answer.status_code == 404
+    assert answer.json()["error"]["code"] == "not_found"
+    assert "/api/v1/episodes/attach" not in document["paths"]
+    # Detaching over HTTP names its episode: the document requires it, the server says so.
+    detach = document["paths"]["/api/v1/episodes/detach"]["post"]
+    body = detach["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    assert document["components"]["schemas"][body.rsplit("/", 1)[-1]]["required"] == ["external_id"]
     assert unnamed.status_code == 422
     assert listed.status_code == 200 and listed.json() == {"open": 0, "detached": 0, "episodes": []}
 
