@@ -202,7 +202,11 @@ class WorkerRuntime:
         """Executions Redis no longer knew, not yet said in the log (the beat says them once)."""
         self.declarations_published = False
         self.beat_ok_at: float | None = None
-        """When the lease was last renewed (`time.monotonic()`), None before the first beat."""
+        """When the last beat that renewed every partition's lease was sent."""
+        self.partition_beats: list[float | None] = [None] * settings.partitions
+        """Per partition, when the last beat that renewed its lease was sent."""
+        self._partial_beats = 0
+        """Beats in a row that renewed some partitions' leases only (said once in the log)."""
         self.children = Children(settings)
         """The child processes of the capabilities that run in one (`majordomus.children`)."""
 
@@ -331,8 +335,30 @@ class WorkerRuntime:
             "accepting": int(self.accepting and not self.draining),
         }
         sent_at = time.monotonic()
-        drained = await self.store.beat(self.worker_id, presence, ms, lease_ms)
-        self.beat_ok_at = sent_at
+        beats = self.partition_beats
+
+        def renewed_one(index: int) -> None:
+            beats[index] = max(beats[index] or 0.0, sent_at)
+
+        drained, renewed = await self.store.beat_partitions(
+            self.worker_id,
+            presence,
+            ms,
+            lease_ms,
+            renewed=renewed_one,
+            patience=self.settings.lease_seconds / 10,
+        )
+        for index in renewed:
+            renewed_one(index)
+        if len(renewed) == len(self.partition_beats):
+            self.beat_ok_at = sent_at
+        elif self._partial_beats == 0:
+            log.warning(
+                "the lease of partition(s) %s was not renewed (their Redis did not answer): "
+                "taking from the others",
+                ", ".join(str(i) for i in sorted(set(range(len(self.partition_beats))) - renewed)),
+            )
+        self._partial_beats = 0 if len(renewed) == len(self.partition_beats) else self._partial_beats + 1
         if drained != self.draining:
             await self._drained(drained)
             return
@@ -362,11 +388,29 @@ class WorkerRuntime:
 
     @property
     def lease_in_doubt(self) -> bool:
-        """Whether a beat is overdue (Redis was away): the lease may have lapsed, and the
-        sweeper fails what a lapsed worker claims, so no work is taken until a beat lands."""
-        if self.beat_ok_at is None:
-            return True
-        return time.monotonic() - self.beat_ok_at > self.settings.lease_seconds * 2 / 5
+        """Whether a beat is overdue in every partition (Redis was away): the lease may have
+        lapsed, and the sweeper fails what a lapsed worker claims, so no work is taken until
+        a beat lands."""
+        return len(self.doubtful_partitions()) == len(self.partition_beats)
+
+    def doubtful_partitions(self) -> frozenset[int]:
+        """The partitions whose lease a beat has not renewed lately (their Redis, a master
+        of a cluster, did not answer): takes pass them by."""
+        if self.beat_ok_at is not None and time.monotonic() - self.beat_ok_at <= self._doubt_after:
+            return frozenset()
+        now = time.monotonic()
+        return frozenset(
+            i for i, at in enumerate(self.partition_beats) if at is None or now - at > self._doubt_after
+        )
+
+    def forget_beats(self) -> None:
+        """A take found the lease lapsed: every partition in doubt until a beat lands."""
+        self.beat_ok_at = None
+        self.partition_beats = [None] * len(self.partition_beats)
+
+    @property
+    def _doubt_after(self) -> float:
+        return self.settings.lease_seconds * 2 / 5
 
     async def _beat_forever(self) -> None:
         """Beat every fifth of the lease; after a failure, again as soon as Redis answers

@@ -207,11 +207,15 @@ class MajordomusWorker(Worker):
                 take = await self._take_blocking(self._take_token, block)
             else:
                 take = await runtime.store.take(
-                    runtime.worker_id, free, self._take_token, first=self._take_first
+                    runtime.worker_id,
+                    free,
+                    self._take_token,
+                    first=self._take_first,
+                    skip=runtime.doubtful_partitions(),
                 )
             self._take_token = None
             if take.lapsed:  # beat (the lease is in doubt), then take again at once
-                runtime.beat_ok_at = None
+                runtime.forget_beats()
                 self._next_due_ms = 0.0
             else:
                 self._next_due_ms = take.next_due_ms

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, NamedTuple
 
 from redis.commands.core import AsyncScript
@@ -97,7 +97,12 @@ class QueueStore(StoreBase):
         })  # fmt: skip
 
     async def take(
-        self, worker: str, count: int, token: str, first: str | None = None
+        self,
+        worker: str,
+        count: int,
+        token: str,
+        first: str | None = None,
+        skip: Collection[int] = (),
     ) -> Take:
         """Take up to `count` due executions off the queue and start them on `worker`
         (`take.lua`): one trip per partition visited, starting from the next partition in
@@ -110,7 +115,9 @@ class QueueStore(StoreBase):
         `first`, an execution a wake-up named, has the take visit its partition alone
         (where work is known to be), so an idle worker of N partitions starts new work
         after one trip, not N; its answer says work is due now (`next_due_ms`) when there
-        was room left, so the worker takes again at once, from every partition."""
+        was room left, so the worker takes again at once, from every partition. The
+        partitions of `skip` (their lease in doubt) are passed by, and so is one whose Redis
+        did not answer a take lately."""
         parts = self.keys.partitions
         start, visits = self._turn % len(parts), len(parts)
         if first is not None and len(parts) > 1:
@@ -121,8 +128,8 @@ class QueueStore(StoreBase):
         now = time.monotonic()
         for step in range(visits):
             part = parts[(start + step) % len(parts)]
-            if len(parts) > 1 and self._silent.get(part.index, 0.0) > now:
-                continue  # not answering lately: the others are served meanwhile
+            if len(parts) > 1 and (self._silent.get(part.index, 0.0) > now or part.index in skip):
+                continue  # not answering lately, or its lease in doubt: the others go on
             mine = self._unanswered.get(part.index, token)
             try:
                 one = await self._take_from(part, worker, count - len(taken), mine)

@@ -20,12 +20,17 @@ and what a lost execution becomes are decided above it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import TimeoutError as _TimeoutError
 
 from majordomus.config import Settings
 from majordomus.store.base import StoreBase
-from majordomus.store.connect import RedisClient
+from majordomus.store.connect import RedisClient, is_cluster
 
 PRESENCE_SECONDS = 3600
 """How long a worker that stopped beating is still shown (`majordomus queue` marks it
@@ -56,14 +61,75 @@ class WorkerStore(StoreBase):
         super().__init__(redis, settings)
         self._lock = self.script("sweeper_lock.lua")
         self._drain = self.script("worker_drain.lua")
+        self._renewing: dict[int, asyncio.Future[Any]] = {}
+        """A cluster's lease renewals out, by partition (`beat_partitions`)."""
+        self._renewed_now: set[int] = set()
+        """The partitions renewed since the last beat answered."""
 
     async def beat(self, worker_id: str, presence: Presence, beat_ms: int, lease_ms: int) -> bool:
         """Renew the worker's lease for `lease_ms` and write its presence, in one round trip;
         answers whether the worker is drained (an operator's `set_drain`)."""
+        drained, renewed = await self.beat_partitions(worker_id, presence, beat_ms, lease_ms)
+        return drained
+
+    async def beat_partitions(
+        self,
+        worker_id: str,
+        presence: Presence,
+        beat_ms: int,
+        lease_ms: int,
+        renewed: Callable[[int], None] | None = None,
+        patience: float = 1.0,
+    ) -> tuple[bool, frozenset[int]]:
+        """`beat`, answering also the partitions whose lease it renewed (`renewed` is told
+        of each as it is). On one Redis that is every partition, in one round trip, or the
+        call fails. On a Redis Cluster each partition's lease is renewed on its own, and the
+        beat waits `patience` at most for them once its presence is written: a master that
+        does not answer costs the leases of its own partitions, whose renewal goes on by
+        itself (one at a time), while the worker takes from the others. A failure only when
+        the presence could not be written or no lease was renewed."""
         k = self.keys
+        if is_cluster(self.redis) and len(k.partitions) > 1:
+            renewing = self._renewing
+            for part in k.partitions:
+                if part.index in renewing:
+                    continue  # the last one is still out: its partition does not answer
+                task = asyncio.ensure_future(self.redis.set(part.lease(worker_id), beat_ms, px=lease_ms))
+                renewing[part.index] = task
+                task.add_done_callback(functools.partial(self._renewal_done, part.index, renewed))
+            drained = await self._presence(worker_id, presence, beat_ms)
+            out = [t for t in renewing.values() if not t.done()]
+            if out:
+                await asyncio.wait(out, timeout=patience)
+            done = frozenset(self._renewed_now)
+            self._renewed_now.clear()
+            if not done:
+                raise _TimeoutError("no partition's lease was renewed: Redis did not answer")
+            return drained, done
         async with self.redis.pipeline(transaction=False) as pipe:
             for part in k.partitions:  # each partition's scripts read their own
                 pipe.set(part.lease(worker_id), beat_ms, px=lease_ms)
+            pipe.hset(k.worker(worker_id), mapping=dict(presence))
+            pipe.expire(k.worker(worker_id), PRESENCE_SECONDS)
+            pipe.zadd(k.workers, {worker_id: beat_ms})
+            pipe.hexists(k.worker(worker_id), DRAIN_FIELD)
+            answers = await pipe.execute()
+        return bool(answers[-1]), frozenset(range(len(k.partitions)))
+
+    def _renewal_done(
+        self, index: int, renewed: Callable[[int], None] | None, task: asyncio.Future[Any]
+    ) -> None:
+        self._renewing.pop(index, None)
+        if task.cancelled() or task.exception() is not None:
+            return
+        self._renewed_now.add(index)
+        if renewed is not None:
+            renewed(index)
+
+    async def _presence(self, worker_id: str, presence: Presence, beat_ms: int) -> bool:
+        """Write the worker's presence; answers whether it is drained."""
+        k = self.keys
+        async with self.redis.pipeline(transaction=False) as pipe:
             pipe.hset(k.worker(worker_id), mapping=dict(presence))
             pipe.expire(k.worker(worker_id), PRESENCE_SECONDS)
             pipe.zadd(k.workers, {worker_id: beat_ms})

@@ -261,7 +261,9 @@ async def test_a_take_cut_short_by_redis_keeps_the_slots_and_its_token(worker: A
     free = worker.job_counter
     tokens: list[tuple[str, str | None]] = []
 
-    async def away(worker_id: str, count: int, token: str, first: str | None = None) -> None:
+    async def away(
+        worker_id: str, count: int, token: str, first: str | None = None, skip: Any = ()
+    ) -> None:
         tokens.append((token, first))
         raise ConnectionError("Redis went away")
 
