@@ -70,7 +70,7 @@ from majordomus.store.connect import RedisClient
 from majordomus.store.declarations import DeclarationStore
 from majordomus.store.episodes import EpisodeStore
 from majordomus.store.executions import Created, IdTaken, RawPage, StartPlan, Store, encode
-from majordomus.store.failures import UNREACHABLE
+from majordomus.store.failures import UNREACHABLE, RedisTimeout
 from majordomus.store.feed import CURSOR_SEPARATOR, FeedBounds, FeedEntry
 
 ID_DRAWS = 5
@@ -171,6 +171,15 @@ class Called:
 SILENT_PARTITION_SECONDS = 5.0
 """How long new starts avoid a partition whose Redis did not answer one (then one is tried
 there again: the next that fails puts it off as long again)."""
+
+
+def never_sent(exc: BaseException) -> bool:
+    """Whether a Redis failure came before the command was sent (a connection refused or
+    not opened, none free in the pool): a start that failed so did not happen."""
+    text = str(exc)
+    return not isinstance(exc, RedisTimeout) and (
+        "connecting to" in text or "No connection available" in text
+    )
 
 
 def start_unknown(capability: str, execution_id: str, key: str | None) -> MajordomusError:
@@ -416,6 +425,8 @@ class Engine:
                 self._silent[self.store.keys.partition_of(execution_id).index] = (
                     time.monotonic() + SILENT_PARTITION_SECONDS
                 )
+                if never_sent(exc):  # refused, or no connection: it did not happen
+                    raise
                 raise start_unknown(cap.id, execution_id, key) from exc
         if created.held_by is not None:
             return await self._held(key or "", created, fingerprint)

@@ -15,4 +15,7 @@ from redis.exceptions import TimeoutError as _TimeoutError
 
 UNREACHABLE: tuple[type[Exception], ...] = (_ConnectionError, _TimeoutError)
 
-__all__ = ["UNREACHABLE", "StoreFailure"]
+RedisTimeout = _TimeoutError
+"""A command sent that Redis did not answer in time (it may have been carried out)."""
+
+__all__ = ["UNREACHABLE", "RedisTimeout", "StoreFailure"]

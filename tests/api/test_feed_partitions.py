@@ -322,6 +322,13 @@ class Collected:
     async def write(self, data: bytes, final: bool = False) -> None:
         self.data += data
 
+    def write_now(self, data: bytes) -> bool:
+        self.data += data
+        return True
+
+    async def settle(self) -> None:
+        pass
+
     def messages(self, extra: Sequence[bytes] = ()) -> list[tuple[str | None, str, dict[str, Any]]]:
         out = []
         for block in (self.data + b"".join(extra)).split(b"\n\n"):
