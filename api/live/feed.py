@@ -53,11 +53,11 @@ HUB_START_WAIT = 2.5
 FEED_SHARE = 4.0
 """Feeding the unscoped channels takes at most 1/FEED_SHARE of the loop's time: after a
 round that worked t, the next waits (FEED_SHARE - 1) * t."""
-FEED_SLICE_SECONDS = 0.002
-TURN_BUDGET_SECONDS = 0.002
+FEED_SLICE_SECONDS = 0.0005
+TURN_BUDGET_SECONDS = 0.0005
 """What the unscoped channels' own writes may take of one turn of the event loop (`Turns`)."""
 """The longest a round of feeding runs before letting the loop's other work go first."""
-WRITE_BYTES = 65_536
+WRITE_BYTES = 32_768
 """The most an unscoped channel writes at once from the backlog (a slow client's server
 buffer holds about this beyond its high-water mark)."""
 READER_BACKOFF_CAP_SECONDS = 2.0
