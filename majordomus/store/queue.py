@@ -134,8 +134,8 @@ class QueueStore(StoreBase):
             try:
                 one = await self._take_from(part, worker, count - len(taken), mine)
             except UNREACHABLE:
-                if len(parts) == 1:
-                    raise
+                if len(parts) == 1 or not is_cluster(self.redis):
+                    raise  # one Redis: every partition shares its fate, the take failed
                 # Its partition's Redis did not answer: what the take may have started there
                 # is answered to the same token, sent when it answers again; until then the
                 # other partitions are taken from (a stalled shard costs its own partition).
