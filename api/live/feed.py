@@ -276,14 +276,8 @@ class Listener:
         """The hub's cursor when this listener registered: everything after it is offered."""
         self.items: deque[FeedEntry] = deque()
         self.behind = False
-        self.missed = 0
-        """While behind: how many entries it was offered and did not keep (counted, never
-        stored, so a slow listener costs its buffer and three numbers)."""
-        self.missed_first: str | None = None
-        self.missed_last: str | None = None
-        self.missed_from: str | None = None
-        """The feed cursors after the first and the last entry missed, and before the first:
-        what it missed is what lies after `missed_from` up to `missed_last`."""
+        """A scoped listener's buffer overflowed: its owner catches up from the execution's
+        stream (an unscoped one is offered nothing: it reads the backlog)."""
         self.closing: str | None = None
         self._waiter: asyncio.Future[bool] | None = None
         self._deadline = 0.0
@@ -327,11 +321,6 @@ class Listener:
             self.items.append(entry)
         else:
             self.behind = True
-            if self.execution_id is None:
-                self.missed += 1
-                if self.missed_first is None:
-                    self.missed_first, self.missed_from = entry.feed_id, entry.previous
-                self.missed_last = entry.feed_id
         self._wake()
 
     def close(self, reason: str) -> None:
@@ -353,8 +342,6 @@ class Listener:
         """Forget the buffer: the caller reads Redis next, so nothing offered later is lost."""
         self.items.clear()
         self.behind = False
-        self.missed, self.missed_first, self.missed_last = 0, None, None
-        self.missed_from = None
 
     def fed(self) -> None:
         """Its owner's `passes` sent what the backlog had: the silence its wait times starts

@@ -308,3 +308,26 @@ def read_stream(
             if limit is not None and events >= limit:
                 break
     return 200, messages
+
+
+@contextlib.contextmanager
+def own_deployment(redis_url: str, prefix: str, **env: str) -> Iterator[tuple[ApiProcess, Any]]:
+    """An API and a worker of their own, on a key prefix of their own (so the package's API
+    and worker never take what they start), once the worker reports; answers the API and a
+    plain Redis client."""
+    env = {"MAJORDOMUS_KEY_PREFIX": prefix, **env}
+    server = ApiProcess(redis_url, **env).start()
+    worker = WorkerChild(redis_url, **env)
+    client = redis_sync.Redis.from_url(redis_url)
+    try:
+        deadline = time.monotonic() + 30
+        while not client.zcard(f"{prefix}:workers"):
+            if worker.process.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"the worker did not report:\n{worker.output()}")
+            time.sleep(0.05)
+        yield server, client
+    finally:
+        client.close()
+        worker.stop()
+        server.close()
+

@@ -21,11 +21,10 @@ from typing import Any
 
 import h11
 import pytest
-import redis as redis_sync
 
 from majordomus.engine import LIVE_PATH
 from majordomus.store.keys import Keys
-from tests.api.conftest import ApiProcess, WorkerChild, start
+from tests.api.conftest import own_deployment, start
 
 PREFIX = "mdaud"
 BACKLOG = 60
@@ -36,21 +35,10 @@ EVENTS = 150
 
 @pytest.fixture
 def audience_api(suite_redis_url: str) -> Any:
-    env = {"MAJORDOMUS_KEY_PREFIX": PREFIX, "MAJORDOMUS_LIVE_BACKLOG": str(BACKLOG)}
-    server = ApiProcess(suite_redis_url, **env).start()
-    worker = WorkerChild(suite_redis_url, **env)
-    client = redis_sync.Redis.from_url(suite_redis_url)
-    try:
-        deadline = time.monotonic() + 30
-        while not client.zcard(f"{PREFIX}:workers"):
-            if worker.process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"the worker did not report:\n{worker.output()}")
-            time.sleep(0.05)
-        yield server, client
-    finally:
-        client.close()
-        worker.stop()
-        server.close()
+    with own_deployment(
+        suite_redis_url, PREFIX, MAJORDOMUS_LIVE_BACKLOG=str(BACKLOG)
+    ) as deployed:
+        yield deployed
 
 
 class Reader(threading.Thread):

@@ -24,7 +24,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-import redis as redis_sync
 
 import majordomus.store.feed as feed_module
 from majordomus.api.live.feed import Backlog, FeedEntry, FeedHub, Listener, feed_entries
@@ -33,7 +32,7 @@ from majordomus.engine import Engine, require_feed_id
 from majordomus.errors import MajordomusError
 from majordomus.registry import REGISTRY
 from majordomus.store.keys import Keys
-from tests.api.conftest import TERMINAL, ApiProcess, Message, WorkerChild, read_stream, start
+from tests.api.conftest import TERMINAL, ApiProcess, Message, own_deployment, read_stream, start
 from tests.conftest import make_settings
 
 PARTITIONS = 3
@@ -491,21 +490,11 @@ PREFIX = "mdp3"
 def partitioned_api(suite_redis_url: str) -> Any:
     """An API and a worker of their own, with three partitions and a key prefix of their own
     (so the package's one-partition API and worker never take what these start)."""
-    env = {"MAJORDOMUS_PARTITIONS": str(PARTITIONS), "MAJORDOMUS_KEY_PREFIX": PREFIX}
-    server = ApiProcess(suite_redis_url, **env).start()
-    worker = WorkerChild(suite_redis_url, **env)
-    client = redis_sync.Redis.from_url(suite_redis_url)
-    try:
-        deadline = time.monotonic() + 30
-        while not client.zcard(f"{PREFIX}:workers"):
-            if worker.process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"the worker did not report:\n{worker.output()}")
-            time.sleep(0.05)
+    with own_deployment(suite_redis_url, PREFIX, MAJORDOMUS_PARTITIONS=str(PARTITIONS)) as (
+        server,
+        _,
+    ):
         yield server
-    finally:
-        client.close()
-        worker.stop()
-        server.close()
 
 
 def test_the_unscoped_channel_resumes_with_last_event_id_across_partitions(

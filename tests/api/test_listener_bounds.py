@@ -1,12 +1,13 @@
-"""A listener that falls behind costs a bounded amount, however far behind it falls: its
-buffer of shared entries (references, not copies) and three numbers for what it missed."""
+"""A listener that falls behind costs a bounded amount, however far behind it falls: a
+scoped one its buffer of shared entries (references, not copies), an unscoped one its
+position in the hub's backlog, which is bounded once for all of them."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
 
-from majordomus.api.live.feed import LISTENER_BUFFER, FeedEntry, Listener
+from majordomus.api.live.feed import LISTENER_BUFFER, Backlog, FeedEntry, Listener
 
 ENVELOPE = (
     b'{"sequence":1,"type":"execution.log","data":{"stream":"handler","message":"'
@@ -15,25 +16,30 @@ ENVELOPE = (
 )
 
 
-def test_a_slow_unscoped_listener_counts_its_backlog_and_stores_none_of_it() -> None:
-    listener = Listener(None, LISTENER_BUFFER, "0-0")
+def test_a_slow_listener_keeps_a_bounded_buffer_and_stores_nothing_past_it() -> None:
+    listener = Listener("x-1", LISTENER_BUFFER, "0-0")
     entries = [FeedEntry(f"{1000 + i}-0", "x-1", i + 1, ENVELOPE) for i in range(100_000)]
     for entry in entries:
         listener.offer(entry)
-    assert len(listener.items) == LISTENER_BUFFER
-    assert listener.behind and listener.missed == 100_000 - LISTENER_BUFFER
-    assert (listener.missed_first, listener.missed_last) == (
-        entries[LISTENER_BUFFER].feed_id,
-        entries[-1].feed_id,
-    )
+    assert len(listener.items) == LISTENER_BUFFER and listener.behind
     # What the listener itself holds: the deque of references to entries every listener
-    # shares, and its counters (the entries are the hub's, dispatched once to all).
+    # shares, and its flags (the entries are the hub's, dispatched once to all).
     own = sys.getsizeof(listener.items) + sum(
         sys.getsizeof(v) for v in vars(listener).values() if not isinstance(v, type(listener.items))
     )
     assert own < 64 * 1024, own
     listener.caught_up()
-    assert (listener.missed, listener.missed_first, len(listener.items)) == (0, None, 0)
+    assert (listener.behind, len(listener.items)) == (False, 0)
+
+
+def test_an_unscoped_listener_is_a_position_in_the_shared_backlog() -> None:
+    backlog = Backlog(1000, 1)
+    listener = Listener(None, LISTENER_BUFFER, "0-0")
+    backlog.attach(listener)
+    backlog.add([FeedEntry(f"{1000 + i}-0", "x-1", i + 1, ENVELOPE) for i in range(100_000)])
+    assert backlog.head == 100_000 and backlog.base == 99_000  # the backlog's own bound
+    assert not listener.items and listener.next == 0 and listener.unread
+    assert backlog.missed(listener.sent) == 99_000  # what it would be told it missed
 
 
 async def test_a_wait_an_entry_ended_leaves_the_next_wait_its_whole_timeout() -> None:

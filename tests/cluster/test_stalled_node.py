@@ -28,6 +28,17 @@ def key_on(cluster: LocalCluster, port: int, prefix: str) -> str:
     raise AssertionError(f"no key of {prefix} lands on {port}")
 
 
+async def once_it_answers(read: Any, what: str, timeout: float = 15) -> Any:
+    """`read()`'s answer once the stalled node answers again (within `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await read()
+        except UNREACHABLE:
+            assert time.monotonic() < deadline, f"{what} stalled never answered again"
+            await asyncio.sleep(0.2)
+
+
 async def test_a_stalled_master_fails_its_own_commands_fast_and_holds_nobody_else(
     cluster: LocalCluster, cluster_client: Any
 ) -> None:
@@ -63,14 +74,7 @@ async def test_a_stalled_master_fails_its_own_commands_fast_and_holds_nobody_els
         bound = API_ANSWER_BOUND_SECONDS + 1.0  # a loaded machine's slack
         assert max(t for _, t in stalled_answers) < bound, stalled_answers
         # Back: the same client answers for the master that was stalled.
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                assert await client.get(on_stalled) == b"1"
-                break
-            except UNREACHABLE:
-                assert time.monotonic() < deadline, "the stalled master never answered again"
-                await asyncio.sleep(0.2)
+        assert await once_it_answers(lambda: client.get(on_stalled), "the master") == b"1"
     finally:
         await client.aclose()
 
@@ -130,14 +134,8 @@ async def test_starts_go_to_partitions_that_answer_and_the_stalled_ones_fail_fas
         assert max(took) < bound and keyed_took < bound and read_took < bound
         assert keyed.value.code == "unavailable" and held_key in (keyed.value.suggestion or "")
         # Back: the stalled partition answers again, its execution is there.
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                assert (await engine.get(in_stalled)).id == in_stalled
-                break
-            except UNREACHABLE:
-                assert time.monotonic() < deadline, "the stalled partition never answered again"
-                await asyncio.sleep(0.2)
+        back = await once_it_answers(lambda: engine.get(in_stalled), "the partition")
+        assert back.id == in_stalled
     finally:
         await client.aclose()
 
