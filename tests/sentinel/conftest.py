@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.sentinel
 
 from majordomus.store.embedded import _dies_with_its_parent, free_ports
 from majordomus.store.local_cluster import wait_until
@@ -100,6 +101,23 @@ class LocalSentinels:
         """The master's port, as the first sentinel names it."""
         _, port = self.ask(self.sentinel_ports[0], "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SERVICE)
         return int(port)
+
+    def discovered_port(self) -> int | None:
+        """The master's port as a client finds it (redis-py's own check: some sentinel names
+        a master whose reported role is master and which nobody thinks down), or None. Right
+        after a failover a sentinel names the promoted replica a moment before it reports
+        itself master: a client's command in that moment finds no master."""
+        sentinel = redis.Sentinel(
+            [("127.0.0.1", p) for p in self.sentinel_ports],
+            sentinel_kwargs={"password": SENTINEL_PASSWORD, "socket_timeout": 2},
+        )
+        try:
+            return int(sentinel.discover_master(SERVICE)[1])
+        except redis.sentinel.MasterNotFoundError:
+            return None
+        finally:
+            for node in sentinel.sentinels:
+                node.close()
 
     def kill_master(self) -> int:
         """SIGKILL the master (a crash); its port."""

@@ -418,7 +418,7 @@ async def _past(engine: Engine, xid: str, sequence: int) -> bool:
 
 
 async def _promoted(group: LocalSentinels, old: int) -> bool:
-    return await asyncio.to_thread(group.master_port) != old
+    return await asyncio.to_thread(group.discovered_port) not in (None, old)
 
 
 async def _history(engine: Engine, xid: str) -> list[Any]:
