@@ -1,10 +1,13 @@
-"""Documentation read from the code: field docstrings and the README's settings table.
+"""Documentation read from the code: field docstrings and the reference pages' tables.
 
 msgspec keeps no attribute docstrings at run time, so `field_docs` reads them from the
 source of a Struct (the string literal right after a field, as `config.Settings` and the
-capability inputs write them). The settings table of the README's operations section is
-generated from `Settings` by `settings_table`, and a test checks the README carries it, so
-the two cannot drift. Nothing here is needed to run majordomus; it only describes it.
+capability inputs write them). The documentation site's reference pages are generated from
+the one declaration of each thing when the site is built (`docs/hooks.py` puts these
+tables where a page says `<!-- generated: NAME -->`): the settings from `Settings`
+(`settings_table`), and the capabilities with their HTTP routes, MCP tools and CLI
+commands from the registry (`capabilities_reference`, `mcp_tools_table`), so a page cannot
+drift from the code. Nothing here is needed to run majordomus; it only describes it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 import msgspec
 
 from majordomus.config import ENV_PREFIX, Settings
+from majordomus.registry import Capability, Registry
 
 
 @cache
@@ -116,7 +120,7 @@ def settings_rows() -> list[tuple[str, str, str, str]]:
 
 
 def settings_table() -> str:
-    """The settings as a Markdown table, exactly as the README's operations section has it."""
+    """The settings as a Markdown table (the settings reference page's)."""
     lines = [
         "| setting | environment variable | default | what it does |",
         "|---|---|---|---|",
@@ -151,3 +155,99 @@ def type_text(node: dict[str, Any], root: dict[str, Any] | None = None) -> str:
     if kind == "array" and isinstance(node.get("items"), dict):
         return f"list of {type_text(node['items'], root)}"
     return str(kind) if kind else "any"
+
+
+def _cell(text: str) -> str:
+    """Text fit for one cell of a Markdown table: one line, pipes escaped."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def members_table(schema: dict[str, Any], defaults: bool = True) -> str:
+    """An object schema's members as a Markdown table: name, type, default (an input's:
+    `defaults`), description."""
+    props: dict[str, Any] = schema.get("properties", {})
+    if not props:
+        return "(no members)\n"
+    required = set(schema.get("required", []))
+    if defaults:
+        lines = ["| member | type | default | what it is |", "|---|---|---|---|"]
+    else:
+        lines = ["| member | type | what it is |", "|---|---|---|"]
+    for name, prop in props.items():
+        cells = [f"`{name}`", f"`{_cell(type_text(prop, schema))}`"]
+        if defaults:
+            cells.append("(required)" if name in required else _default_cell(prop.get("default")))
+        cells.append(_cell(str(prop.get("description", ""))))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _default_cell(value: Any) -> str:
+    if value is None:
+        return "`null`"
+    return f"`{_cell(msgspec.json.encode(value).decode())}`"
+
+
+def surfaces(cap: Capability) -> list[str]:
+    """Where a capability is reached, one Markdown item each: HTTP, MCP, CLI."""
+    exposure = cap.exposure
+    found = []
+    if exposure.http_path:
+        found.append(f"HTTP `{exposure.http_method} {exposure.http_path}`")
+    if exposure.mcp_tool:
+        found.append(f"MCP tool `{exposure.mcp_tool}`")
+    if exposure.cli_path:
+        found.append(f"CLI `majordomus {' '.join(exposure.cli_path)}`")
+    return found
+
+
+def how_it_runs(cap: Capability) -> str:
+    """A capability's way of running in a sentence: an execution on the workers, or an
+    answer of the process asked."""
+    if not cap.executable:
+        return "Answers directly, in the process asked (not an execution)."
+    parts = [f"Runs as an execution on the workers (`runs_in={cap.runs_in}`)"]
+    if cap.cancellable:
+        parts.append("cancellable")
+    if cap.max_concurrency is not None:
+        parts.append(f"at most {cap.max_concurrency} at once")
+    if cap.timeout is not None:
+        parts.append(f"timeout {cap.timeout:g} s")
+    return ", ".join(parts) + "."
+
+
+def capabilities_reference(registry: Registry, heading: str = "##") -> str:
+    """Every capability of a registry, grouped by module: its title and description, where
+    each surface reaches it, how it runs, and its input and output members."""
+    out: list[str] = []
+    module = None
+    for cap in sorted(registry, key=lambda c: c.id):
+        if cap.module != module:
+            module = cap.module
+            out.append(f"{heading} `{module}.*`\n")
+        out.append(f"{heading}# `{cap.id}`\n")
+        out.append(f"**{cap.title}.** {cap.description}\n")
+        out.append(f"{how_it_runs(cap)} {'; '.join(surfaces(cap)) or 'No surface'}.\n")
+        out.append(f"Input (`{cap.input_schema.get('title', cap.input.__name__)}`):\n")
+        out.append(members_table(cap.input_schema))
+        out.append(f"Output (`{cap.output_schema.get('title', '')}`):\n")
+        out.append(members_table(cap.output_schema, defaults=False))
+    return "\n".join(out)
+
+
+def mcp_tools_table(registry: Registry) -> str:
+    """Every MCP tool of a registry: its name, its capability, whether a call may be a
+    task, and its title."""
+    lines = ["| tool | capability | task support | what it does |", "|---|---|---|---|"]
+    for cap in sorted(registry, key=lambda c: c.exposure.mcp_tool or ""):
+        if cap.exposure.mcp_tool:
+            lines.append(
+                f"| `{cap.exposure.mcp_tool}` | [`{cap.id}`](capabilities.md#{anchor(cap.id)}) "
+                f"| `{cap.task_support}` | {_cell(cap.title)} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def anchor(cap_id: str) -> str:
+    """The anchor MkDocs gives a capability's heading (its id in code): the dots go."""
+    return cap_id.replace(".", "").lower()
