@@ -10,4 +10,5 @@ MODULES = (
     "majordomus.builtins.episodes",
     "majordomus.builtins.queue",
     "majordomus.builtins.schedules",
+    "majordomus.builtins.stats",
 )

@@ -5,7 +5,8 @@
 - `keys`: every key name; `scripts`: the one loader of `lua/*.lua`; `clock`: timestamps;
 - `executions`: snapshots, event streams, indexes, retention, and `Store`, which gathers the
   per-concept classes: `queue` (arq's job format, taking a job, concurrency slots),
-  `workers` (presence and leases), `feed` (the global feed), `signals` (wake-up and cancel);
+  `workers` (presence and leases), `feed` (the global feed), `signals` (wake-up and cancel),
+  `rollup` (the per-minute counts the charts read);
 - `episodes`: the episodes' records and leases; `failures`: what a surface catches.
 
 Above this package nothing names a Redis command (`tests/test_layout.py` checks it).

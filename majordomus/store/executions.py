@@ -33,6 +33,7 @@ from majordomus.store.connect import RedisClient, blocking_reads, is_cluster
 from majordomus.store.feed import FeedStore
 from majordomus.store.keys import Partition
 from majordomus.store.queue import QueueStore
+from majordomus.store.rollup import RollupStore
 from majordomus.store.signals import SignalStore
 from majordomus.store.workers import WorkerStore
 
@@ -518,5 +519,5 @@ def encode(value: Any) -> bytes:
     return msgspec.json.encode(value)
 
 
-class Store(ExecutionStore, QueueStore, WorkerStore, FeedStore, SignalStore):
+class Store(ExecutionStore, QueueStore, WorkerStore, FeedStore, SignalStore, RollupStore):
     """Every store but the episodes', on one client: what the engine and the workers hold."""

@@ -1,7 +1,8 @@
 """The one loader of the store's Lua scripts (`lua/*.lua`).
 
 A script's text is read once and the state table is injected where it says `--@MOVES@`
-and `--@STATE_OF@`, so the move rules in Lua are the ones of `majordomus.states`, never a
+and `--@STATE_OF@` (and the roll-up's counting, `lua/rollup.lua`, where it says
+`--@ROLLUP@`), so the move rules in Lua are the ones of `majordomus.states`, never a
 second copy. Both are injected as one string each, searched with a plain `string.find`:
 a script's body runs on every call, and building the same rules as Lua tables cost each
 call more than the rest of a claim's own logic.
@@ -63,4 +64,5 @@ def load_script(name: str) -> str:
     """The text of `lua/<name>`, with the state table injected."""
     text = (LUA_DIR / name).read_text()
     text = text.replace("--@MOVES@", moves())
+    text = text.replace("--@ROLLUP@", (LUA_DIR / "rollup.lua").read_text())
     return text.replace("--@STATE_OF@", state_of())

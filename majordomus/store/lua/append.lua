@@ -11,6 +11,8 @@
 -- its concurrency slot, moving the oldest waiting execution of its capability back into
 -- the queue.
 -- Snapshot `steps` keep the first `steps_max`; later ones are counted in `steps_dropped`.
+-- A claim is counted in its minute's roll-up by its wait (from when it was due), an end by
+-- its final state and duration (`lua/rollup.lua`), in this same step.
 --
 -- A worker's appends carry a token, kept with what the append did: the same call sent
 -- again (redis-py retries a command whose connection broke, and the first send may have
@@ -20,7 +22,8 @@
 -- Constants (`StoreBase.partition_script`: one text per partition) used here: the
 --       partition's FEED, QUEUED, RUNNING and FINISHED (its indexes), QUEUE, DELAYED,
 --       WAKEUP (the wake-up list) and BASE (its key base, which names a worker's running
---       set and a capability's slots); RETAIN (seconds a final execution is kept),
+--       set and a capability's slots); ROLLUP_STEPS and ROLLUP_KEEP_MS (the roll-up's);
+--       RETAIN (seconds a final execution is kept),
 --       FEED_MAX, STREAM_MAX, STEPS_MAX, WAKE and CANCEL (the channels).
 -- KEYS: snapshot, events, secret input
 -- ARGV: id, timestamp, now_ms, worker, n, token ('' for none), then n pairs (type, data
@@ -32,6 +35,7 @@
 -- state-changing event type moves to (`type=state`), from majordomus.states.
 local MOVES = --@MOVES@
 local STATE_OF = --@STATE_OF@
+--@ROLLUP@
 
 local snap, stream = KEYS[1], KEYS[2]
 -- Text becomes a number only where arithmetic needs one (Lua reads a number with strtod
@@ -157,6 +161,11 @@ for i = 1, n do
         owner = worker
         redis.call('SADD', BASE .. 'worker:' .. worker .. ':running', id)
       end
+      local due_at = redis.call('ZSCORE', QUEUED, id)
+      if due_at then
+        local waited = math.max(0, tonumber(ARGV[3]) - tonumber(due_at))
+        rollup_add(tonumber(ARGV[3]), rollup_field('w', waited, capability), 1)
+      end
       redis.call('ZREM', QUEUED, id)
       redis.call('ZREM', QUEUE, id)  -- claimed by an append, not take.lua: its entry goes too
       redis.call('ZADD', RUNNING, ARGV[3], id)
@@ -175,10 +184,15 @@ for i = 1, n do
       end
       changed[#changed + 1] = 'finished_at'; changed[#changed + 1] = ts
       local started = started_ms or changed_started
+      local took = nil
       if started then
+        took = tonumber(ARGV[3]) - tonumber(started)
         changed[#changed + 1] = 'duration_ms'
-        changed[#changed + 1] = string.format('%d', tonumber(ARGV[3]) - tonumber(started))
+        changed[#changed + 1] = string.format('%d', took)
       end
+      local kind = 'c'
+      if target == 'succeeded' then kind = 's' elseif target == 'failed' then kind = 'f' end
+      rollup_add(tonumber(ARGV[3]), rollup_field(kind, took and math.max(0, took), capability), 1)
       if from == 'queued' then  -- never taken: it is still in the queue
         redis.call('ZREM', QUEUED, id)
         redis.call('ZREM', QUEUE, id)

@@ -22,9 +22,12 @@
 -- `qoffset`), then takes from the queue's head: the lowest place first, so higher
 -- priorities first and, within one, first come first served.
 --
+-- Each start is counted in its minute's roll-up (`lua/rollup.lua`) by its wait: from when it
+-- was due (its score in the queued index: created, or its start_at) to now.
+--
 -- Constants (`StoreBase.partition_script`: one text per partition) used here: the
 --       partition's QUEUE, QUEUED, RUNNING (its indexes), FEED, DELAYED, WAKEUP and BASE
---       (its key base); FEED_MAX,
+--       (its key base); FEED_MAX, ROLLUP_STEPS and ROLLUP_KEEP_MS (`lua/rollup.lua`),
 --       SLOT_MS (a concurrency slot's lease, ms), TAKE_TTL (ms the last take is kept).
 -- KEYS: the worker's running set, its lease, its last take
 -- ARGV: count, worker, timestamp ('': the server's, now), token, then for a take behind a
@@ -44,6 +47,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- `now` as Redis takes it: formatted once here (Redis formats a Lua number argument with
 -- snprintf('%.17g') each time it is passed, which costs more than most commands here).
 local now_s = string.format('%d', now)
+--@ROLLUP@
 
 -- Epoch ms as the store's timestamps (RFC 3339 UTC, milliseconds): the calendar from the
 -- day count (H. Hinnant's days-to-civil), for a take whose timestamp is the server's.
@@ -206,6 +210,17 @@ for j = 1, #cid do
 end
 if looked > 0 then redis.call('ZREM', QUEUE, unpack(cid, 1, looked)) end
 if #ids > 0 then
+  -- The roll-up: each start by its wait, one count per distinct field of the batch.
+  local due_at = redis.call('ZMSCORE', QUEUED, unpack(ids))
+  local tally, fields = {}, {}
+  for j = 1, #ids do
+    if due_at[j] then
+      local f = rollup_field('w', math.max(0, now - tonumber(due_at[j])), out[5 * j - 2])
+      if not tally[f] then fields[#fields + 1] = f; tally[f] = 0 end
+      tally[f] = tally[f] + 1
+    end
+  end
+  for _, f in ipairs(fields) do rollup_add(now, f, tally[f]) end
   redis.call('ZREM', QUEUED, unpack(ids))
   local scored = {}
   for j = 1, #ids do scored[2 * j - 1] = now_s; scored[2 * j] = ids[j] end
