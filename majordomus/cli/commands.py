@@ -13,11 +13,9 @@ HTTP API; with neither, through the API of a running `majordomus dev` (found by 
 which it says in one line on stderr), else against the default Redis, named as the default
 (`transport.transport`). A failure is one line on stderr (code, message, suggestion) and an
 exit code from `errors.EXIT_CODE`, never a traceback. Nothing here is written for one capability but
-`run`: the rest is a projection of the declarations. This module is imported when a
-command is first made (`tree`), so `majordomus --help` loads none of it; what only running a
-command needs (the engine, the Redis client, httpx, rich's live display and bar) is imported
-where it runs. Every command's parameters convert their values as typer would, without
-pydantic (`startup.PlainCommand`).
+`run`: the rest is a projection of the declarations. What only running a command needs
+(the engine, the Redis client, httpx, rich's live display and bar) is imported where it
+runs, so making the commands (`tree`) and drawing their help loads none of it.
 """
 
 from __future__ import annotations
@@ -36,26 +34,24 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import typer
 
-from majordomus.cli.startup import collecting
-from majordomus.cli.transport import Direct, Transport, transport
-from majordomus.cli.tree import (
+from majordomus.cli.help import (
     INTERRUPTED,
     Format,
     api_option,
     command_help,
     escape,
     format_option,
-    register,
-    registry,
     run_capability_help,
 )
+from majordomus.cli.transport import Direct, Transport, transport
 from majordomus.client.transports import store_failure, typed
 from majordomus.config import settings
 from majordomus.docs import field_docs, type_text
 from majordomus.errors import EXIT_CODE, ExecutionError, MajordomusError, invalid_input
 from majordomus.ids import require_execution_id
+from majordomus.loading import load_capabilities
 from majordomus.model import CancelOutput, ExecutionSnapshot
-from majordomus.registry import Capability
+from majordomus.registry import Capability, Registry
 from majordomus.schemas import coerce_strings
 from majordomus.states import is_final
 
@@ -63,8 +59,10 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
 
-# `register` mounts these commands (`tree.register`); it is here too for who mounts them.
-__all__ = ["capability_command", "register", "run_command"]
+
+def registry() -> Registry:
+    """The process's registry: the built-ins and the modules of `MAJORDOMUS_CAPABILITIES`."""
+    return load_capabilities(settings().capabilities)
 
 
 def _watch_option() -> Any:
@@ -396,7 +394,6 @@ async def watch(
     async def pause() -> None:
         await within(every, stop.wait())
 
-    collecting()  # it redraws until Ctrl-C: from here, garbage is collected
     try:
         if fmt is Format.json or not console.is_terminal:
             while not stop.is_set():
@@ -543,7 +540,6 @@ async def follow_to_end(
 
     with contextlib.suppress(NotImplementedError, RuntimeError):
         loop.add_signal_handler(signal.SIGINT, on_interrupt)
-    collecting()  # an execution may go on for hours: from here, garbage is collected
     pumping = loop.create_task(pump())
     leaving = loop.create_task(leave.wait())
     left = False
@@ -736,8 +732,22 @@ async def start_and_follow(
     return await using(api, work)
 
 
+def follow(
+    execution_id: str = typer.Argument(..., metavar="ID", help="The execution to follow."),
+    after: int = typer.Option(0, "--after", metavar="SEQ", help="Only events after this sequence."),
+    output_format: Format = format_option(),
+    api: str | None = api_option(),
+) -> None:
+    """Follow an execution live to its end, as `majordomus run` does, from any shell.
+
+    Exits as `majordomus run` does (0 succeeded, 1 failed, 3 cancelled, ...); Ctrl-C asks it
+    to cancel, a second Ctrl-C stops following.
+    """
+    follow_execution(execution_id, after, output_format, api)
+
+
 def follow_execution(execution_id: str, after: int, output_format: Format, api: str | None) -> None:
-    """`majordomus follow ID` (`tree.follow`): the execution's events from `after` to its end."""
+    """`majordomus follow ID`: the execution's events from `after` to its end."""
 
     async def body() -> int | None:
         async def work(t: Transport) -> int:

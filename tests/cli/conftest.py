@@ -21,7 +21,7 @@ import redis as redis_sync
 from typer.testing import CliRunner
 
 from majordomus.cli import app
-from majordomus.cli.commands import register
+from majordomus.cli.tree import register
 from majordomus.config import settings
 from majordomus.store.embedded import free_port
 from tests.cli.terminal import Terminal

@@ -16,7 +16,8 @@ from rich.markup import escape
 from typer.testing import CliRunner
 
 from majordomus.cli import app
-from majordomus.cli.commands import capability_command, register
+from majordomus.cli.commands import capability_command
+from majordomus.cli.tree import register
 from majordomus.engine import Engine
 from majordomus.errors import EXIT_CODE
 from majordomus.registry import REGISTRY, Registry, capability
@@ -269,10 +270,11 @@ def test_run_help_is_one_description_of_starting_and_following(cli: Cli) -> None
     assert "Steps to walk; bound 100." in text  # the member's own docstring
 
 
-def test_the_readme_runs_the_demonstration_with_options_that_show_the_bar() -> None:
-    readme = (ROOT / "README.md").read_text()
-    runs = re.findall(r"majordomus run executions\.demonstrate((?: --[a-z-]+ \d+)+)", readme)
-    assert runs, "the README shows no `majordomus run executions.demonstrate --steps N ...`"
+def test_the_docs_run_the_demonstration_with_options_that_show_the_bar() -> None:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    text = "\n".join(page.read_text() for page in pages)
+    runs = re.findall(r"majordomus run executions\.demonstrate((?: --[a-z-]+ \d+)+)", text)
+    assert runs, "no page shows `majordomus run executions.demonstrate --steps N ...`"
     command = click_command(("run", "executions.demonstrate"))
     flags = {o for p in command.params for o in p.opts}
     for given in runs:
