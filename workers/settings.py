@@ -24,9 +24,10 @@ from arq.worker import func
 from majordomus.config import Settings, settings
 from majordomus.loading import load_capabilities
 from majordomus.registry import Registry
-from majordomus.store.connect import DEFAULT_URL, connect, is_cluster_url, is_sentinel_url
+from majordomus.store.connect import DEFAULT_URL, connect
 from majordomus.store.keys import Keys
 from majordomus.store.queue import RUN_EXECUTION
+from majordomus.store.urls import is_cluster_url, is_sentinel_url
 from majordomus.ticker import Ticker
 from majordomus.workers.runtime import WorkerRuntime
 

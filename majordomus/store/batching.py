@@ -31,7 +31,7 @@ from typing import Any
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from majordomus.store.connect import is_cluster
+from majordomus.store.cluster import is_cluster
 
 Call = tuple[list[Any], list[Any], "asyncio.Future[Any]"]
 

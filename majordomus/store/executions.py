@@ -29,7 +29,9 @@ from majordomus.priorities import HEAD_START, tie_rank
 from majordomus.store.base import StoreBase
 from majordomus.store.batching import BatchedScript
 from majordomus.store.clock import now_stamp, stamp_of
-from majordomus.store.connect import RedisClient, blocking_reads, is_cluster
+from majordomus.store.cluster import is_cluster
+from majordomus.store.connect import RedisClient
+from majordomus.store.policy import blocking_reads
 from majordomus.store.feed import FeedStore
 from majordomus.store.keys import Partition
 from majordomus.store.queue import QueueStore

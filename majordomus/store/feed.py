@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 from redis.asyncio.cluster import RedisCluster
 
 from majordomus.store.base import StoreBase
-from majordomus.store.connect import blocking_reads
+from majordomus.store.policy import blocking_reads
 
 CURSOR_SEPARATOR = "_"
 """What joins the partitions' stream ids in a feed cursor."""

@@ -25,9 +25,11 @@ from majordomus.config import Settings
 from majordomus.store import clock
 from majordomus.store.base import StoreBase
 from majordomus.store.clock import now_stamp
-from majordomus.store.connect import RedisClient, blocking_reads, is_cluster, is_in_process
+from majordomus.store.cluster import is_cluster
+from majordomus.store.connect import RedisClient, is_in_process
 from majordomus.store.failures import UNREACHABLE
 from majordomus.store.keys import Partition
+from majordomus.store.policy import blocking_reads
 
 log = logging.getLogger("majordomus.store")
 

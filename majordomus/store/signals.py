@@ -5,7 +5,7 @@
 their scripts. A worker holds one subscription to both (to the cancel channel alone where
 the wake-up list is its signal: `workers/runtime.py`), on a connection of its own (on a
 Redis Cluster, to one of its nodes: a PUBLISH reaches every node's subscribers, so any one
-hears them all; `majordomus.store.connect.pubsub_of`); what it does on a signal, and how
+hears them all; `majordomus.store.cluster.pubsub_of`); what it does on a signal, and how
 it resubscribes when Redis goes away, is `workers/`'s. A signal may be missed while no one
 listens: the poll fallback and the next beat's state check are what make up for it, not
 this module.
@@ -27,7 +27,7 @@ from typing import Any, Literal
 from redis.exceptions import TimeoutError as _TimeoutError
 
 from majordomus.store.base import StoreBase
-from majordomus.store.connect import pubsub_of
+from majordomus.store.cluster import pubsub_of
 
 SIGNAL_READ_SECONDS = 1.0
 """One read of the subscription waits at most this (below the client's socket timeout)."""

@@ -30,7 +30,8 @@ from redis.exceptions import TimeoutError as _TimeoutError
 
 from majordomus.config import Settings
 from majordomus.store.base import StoreBase
-from majordomus.store.connect import RedisClient, is_cluster
+from majordomus.store.cluster import is_cluster
+from majordomus.store.connect import RedisClient
 
 PRESENCE_SECONDS = 3600
 """How long a worker that stopped beating is still shown (`majordomus queue` marks it

@@ -20,17 +20,12 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError, MaxConnectionsError, RedisClusterException
 
 from majordomus.errors import MajordomusError
-from majordomus.store.connect import (
-    SOCKET_TIMEOUT_SECONDS,
-    STURDY,
-    api_client,
-    check_reachable,
-    connect,
-    is_cluster,
-    pubsub_of,
-)
+from majordomus.store.cluster import is_cluster, pubsub_of
+from majordomus.store.connect import api_client, check_reachable, connect
+from majordomus.store.connection import STURDY
 from majordomus.store.embedded import free_port
 from majordomus.store.failures import UNREACHABLE
+from majordomus.store.policy import SOCKET_TIMEOUT_SECONDS
 from majordomus.store.signals import Signal, SignalStore
 from tests.cluster.conftest import LocalCluster
 from tests.conftest import make_settings, until

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 from redis.cluster import key_slot
 
-from majordomus.store.connect import API_ANSWER_BOUND_SECONDS, api_client
+from majordomus.store.connect import api_client
 from majordomus.store.failures import UNREACHABLE
 from majordomus.store.local_cluster import LocalCluster
+from majordomus.store.policy import API_ANSWER_BOUND_SECONDS
 
 pytestmark = pytest.mark.slow
 

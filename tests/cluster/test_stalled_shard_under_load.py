@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
-from majordomus.store.connect import API_ANSWER_BOUND_SECONDS
 from majordomus.store.keys import slot_of
+from majordomus.store.policy import API_ANSWER_BOUND_SECONDS
 from tests.cluster.conftest import LocalCluster
 from tests.cluster.test_cluster_behaviour import Deployment
 

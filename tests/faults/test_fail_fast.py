@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from majordomus.store.connect import API_ANSWER_BOUND_SECONDS
+from majordomus.store.policy import API_ANSWER_BOUND_SECONDS
 from tests.faults.conftest import Scenario, note
 from tests.faults.workload import REPORT
 

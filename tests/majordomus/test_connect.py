@@ -1,6 +1,6 @@
 """The client every process uses keeps a caller's cancel: a loop of Redis commands stopped at
 any moment of its round trips ends at the first cancel (redis-py 5.3's writes, bounded by
-`asyncio.wait_for`, drop it on Python 3.11; `majordomus.store.connect` writes otherwise)."""
+`asyncio.wait_for`, drop it on Python 3.11; `majordomus.store.connection` writes otherwise)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,9 @@ from redis.asyncio.connection import (
 from majordomus.config import shown_url
 from majordomus.engine import Engine
 from majordomus.loops import stop_task
-from majordomus.store.connect import STURDY, connect
+from majordomus.store.connect import connect
+from majordomus.store.connection import STURDY
+from majordomus.store.redis_internals import stream_writer
 
 REDIS_SEND_PACKED_COMMAND = "cad238c0be555d05"  # redis-py 5.3.1
 
@@ -29,7 +31,7 @@ REDIS_SEND_PACKED_COMMAND = "cad238c0be555d05"  # redis-py 5.3.1
 def test_the_redis_py_write_we_replace_is_the_one_we_read() -> None:
     source = inspect.getsource(AbstractConnection.send_packed_command)
     assert hashlib.sha256(source.encode()).hexdigest()[:16] == REDIS_SEND_PACKED_COMMAND, (
-        "redis-py changed send_packed_command: re-read it against majordomus/store/connect.py"
+        "redis-py changed send_packed_command: re-read it against majordomus/store/connection.py"
     )
 
 
@@ -83,7 +85,7 @@ def test_a_write_to_a_transport_the_peer_closed_is_a_connection_error_on_uvloop(
         client = connect(redis_url)
         try:
             conn = await client.connection_pool.get_connection()
-            conn._writer.transport.abort()  # the peer's reset, as the fault proxy cuts
+            stream_writer(conn).transport.abort()  # the peer's reset, as the fault proxy cuts
             await asyncio.sleep(0)
             with pytest.raises(RedisConnectionError, match="while writing to socket"):
                 await conn.send_packed_command(conn.pack_command("PING"), check_health=False)

@@ -28,22 +28,18 @@ from majordomus.engine import Engine
 from majordomus.errors import MajordomusError
 from majordomus.model import event_type_of
 from majordomus.registry import REGISTRY
-from majordomus.store.connect import (
-    CONNECT_TIMEOUT_SECONDS,
-    MASTER_RECHECK_SECONDS,
-    SENTINEL_MANAGED,
-    SOCKET_TIMEOUT_SECONDS,
-    STURDY,
-    WAIT_FOR_CONNECTION_SECONDS,
-    api_client,
-    check_reachable,
-    connect,
-    is_cluster,
-    is_sentinel_url,
-    pubsub_of,
-)
+from majordomus.store.cluster import is_cluster, pubsub_of
+from majordomus.store.connect import api_client, check_reachable, connect
+from majordomus.store.connection import STURDY
 from majordomus.store.embedded import free_port
 from majordomus.store.failures import UNREACHABLE
+from majordomus.store.policy import (
+    CONNECT_TIMEOUT_SECONDS,
+    SOCKET_TIMEOUT_SECONDS,
+    WAIT_FOR_CONNECTION_SECONDS,
+)
+from majordomus.store.sentinel import MASTER_RECHECK_SECONDS, SENTINEL_MANAGED
+from majordomus.store.urls import is_sentinel_url
 from tests.conftest import make_settings, running_worker, until
 from tests.sentinel.conftest import PASSWORD, SENTINEL_PASSWORD, SERVICE, LocalSentinels
 
@@ -95,7 +91,7 @@ async def test_a_sentinel_url_gives_a_client_of_the_master_with_the_policy_of_ev
         assert managed is SENTINEL_MANAGED[Connection]
         assert issubclass(managed, SentinelManagedConnection)
         # Its reads are the sentinel-managed connection's (READONLY: a broken connection),
-        # reached through `_Sturdy`'s, which only sets a blocking read's timeout.
+        # reached through `SturdyConnection`'s, which only sets a blocking read's timeout.
         assert managed.read_response is STURDY[Connection].read_response
         assert "read_response" in SentinelManagedConnection.__dict__  # next in line
         sturdy = STURDY[Connection]
