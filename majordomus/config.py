@@ -135,6 +135,9 @@ class Limits(msgspec.Struct, frozen=True):
     stream_events: int = 500
     page_events: int = 500
     list_executions: int = 200
+    list_sort_window: int = 5000
+    """`executions.list` sorted by duration or state orders at most this many of the newest
+    matching executions (a time range narrows it to a period), then answers the first."""
     diagnostics: int = 200
     steps: int = 200
     """Steps a snapshot keeps (the first ones); later ones are counted in `steps_dropped`."""

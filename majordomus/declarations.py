@@ -40,6 +40,7 @@ class Declaration(msgspec.Struct, forbid_unknown_fields=False):
     priority: Priority = "normal"
     http_method: str | None = None
     http_path: str | None = None
+    searchable: list[str] = []
     version: int = DECLARATION_VERSION
 
 
@@ -61,6 +62,7 @@ def declaration_of(cap: Capability) -> bytes:
             priority=cap.priority,
             http_method=cap.exposure.http_method,
             http_path=cap.exposure.http_path,
+            searchable=list(cap.searchable),
         )
     )
 
@@ -86,6 +88,7 @@ def published(raw: bytes) -> Capability | None:
         max_concurrency=decl.max_concurrency,
         priority=decl.priority,
         exposure=Exposure(None, decl.http_method, decl.http_path, None),
+        searchable=tuple(decl.searchable),
     )
 
 

@@ -14,7 +14,7 @@ import functools
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -36,6 +36,15 @@ from majordomus.errors import (
 )
 from majordomus.handler_threads import in_thread
 from majordomus.ids import PROTOCOL_VERSION, require_execution_id
+from majordomus.matching import (
+    STATE_ORDER,
+    Match,
+    MatchCount,
+    Order,
+    Selection,
+    Sort,
+    place_of,
+)
 from majordomus.metrics import METRICS
 from majordomus.model import (
     CURSOR_BOUND,
@@ -63,6 +72,7 @@ from majordomus.model import (
 from majordomus.registry import Capability, Registry
 from majordomus.retries import MAX_ATTEMPTS
 from majordomus.schemas import has_sensitive, redact, schema_of, validate_input
+from majordomus.search import indexed_values, parse_search
 from majordomus.start_options import NO_OPTIONS, StartOptions
 from majordomus.states import FINAL, is_final
 from majordomus.store.clock import stamp_of
@@ -86,6 +96,10 @@ FeedState = list[FeedBounds]
 """Each partition's feed bounds, in partition order."""
 StoredEvents = list[bytes]
 WorkerIds = list[str]
+Snapshots = list[ExecutionSnapshot]
+MatchedPage = list[tuple[str, float, list[bytes | None]]]
+"""Matching executions (`Engine.matching`): each its id, its place and some of its fields."""
+SortWindow = list[tuple[str, int, float]]
 
 _steps_decoder = msgspec.json.Decoder(list[StepView])
 _diags_decoder = msgspec.json.Decoder(list[ExecutionDiagnostic])
@@ -380,7 +394,8 @@ class Engine:
         priority = options.priority or cap.priority
         key = options.idempotency_key
         fingerprint = _fingerprint(cap.id, plain) if key else ""
-        if options is NO_OPTIONS:
+        searched = tuple(indexed_values(cap.searchable, plain))
+        if options is NO_OPTIONS and not searched:
             plan = _plain_plan(priority)
         else:
             plan = StartPlan(
@@ -392,6 +407,7 @@ class Engine:
                 retry_of=options.retry_of,
                 attempts_before=options.attempts_before,
                 timeout_ms=options.timeout_ms,
+                search=searched,
             )
         draws = ID_DRAWS
         while True:
@@ -539,30 +555,152 @@ class Engine:
         episode: str | None = None,
         limit: int | None = None,
         before: str | None = None,
+        *,
+        match: Match | None = None,
+        sort: Sort = "created",
+        order: Order = "desc",
     ) -> ExecutionList:
-        """Executions newest first that match, at most `limit`; with `before` (the last id
-        of the previous page), only those created before it: the next page."""
+        """Executions that match (`match`, else `state`, `capability`, `episode`), at most
+        `limit`; with `before` (the last id of the previous page), only those created
+        before it: the next page. Sorted by creation, they are the newest matches, newest
+        first (`order="asc"`: the same, oldest first); by `duration` or `state`, the first
+        `limit` of the newest `LIMITS.list_sort_window` matches in that order (an active
+        execution has no duration yet: it comes last either way; ties newest first)."""
+        if match is None:
+            match = Match(state=state, capability=capability, episode=episode)  # type: ignore[arg-type]
+        selection = await self.selection(match)
+        if before:
+            selection = selection.below(await self._place_before(before))
         limit = clamp(limit, LIMITS.list_executions, LIMITS.list_executions)
-        found: list[ExecutionSnapshot] = []
-        older_than = await self._place_before(before) if before else None
+        if sort == "created":
+            found = await self._newest(selection, limit)
+            if order == "asc":
+                found.reverse()
+        else:
+            found = await self._sorted(selection, limit, sort, order)
+        queued, running = await self.store.counts()
+        return ExecutionList(len(found), queued + running, queued, found)
+
+    async def _newest(self, selection: Selection, limit: int) -> Snapshots:
+        """The newest `limit` executions of a selection, newest first."""
+        found: Snapshots = []
+        older_than = selection.top
         chunk = LIMITS.list_executions
         while len(found) < limit:
-            placed = await self.store.ids_newest_first(chunk, older_than)
+            placed = await self.store.ids_newest_first(
+                chunk, older_than, floor=selection.floor, search=selection.search
+            )
             if not placed:
                 break
             ids = [execution_id for execution_id, _ in placed]
             older_than = placed[-1][1]
             raws = await self.store.snapshots(ids)
             missing = [i for i, r in zip(ids, raws, strict=True) if not r]
-            await self.store.forget_missing(missing)
+            await self.store.forget_missing(missing, selection.search)
             for raw in raws:
-                if not raw or not _matches(raw, state, capability, episode):
+                if not raw or not selection.holds(
+                    raw.get(b"state"), raw.get(b"capability"), raw.get(b"episode")
+                ):
                     continue
                 found.append(self.snapshot_from(raw))
                 if len(found) >= limit:
                     break
-        queued, running = await self.store.counts()
-        return ExecutionList(len(found), queued + running, queued, found)
+        return found
+
+    async def _sorted(
+        self, selection: Selection, limit: int, sort: Sort, order: Order
+    ) -> Snapshots:
+        """The first `limit` of the newest `list_sort_window` matches, by `sort`."""
+        window: SortWindow = []  # id, key, place
+        extra = ("duration_ms",) if sort == "duration" else ()
+        async for page in self.matching(selection, extra):
+            for execution_id, place, fields in page:
+                if sort == "state":
+                    key = STATE_ORDER.get((fields[0] or b"").decode(), len(STATE_ORDER))
+                else:
+                    key = int(fields[3]) if fields[3] is not None else -1
+                window.append((execution_id, key, place))
+                if len(window) >= LIMITS.list_sort_window:
+                    break
+            if len(window) >= LIMITS.list_sort_window:
+                break
+        sign = -1 if order == "desc" else 1
+        if sort == "duration":  # no duration yet (active): last, whichever the order
+            window.sort(key=lambda w: (w[1] < 0, sign * w[1], -w[2]))
+        else:
+            window.sort(key=lambda w: (sign * w[1], -w[2]))
+        ids = [w[0] for w in window[:limit]]
+        return [self.snapshot_from(raw) for raw in await self.store.snapshots(ids) if raw]
+
+    async def selection(self, match: Match) -> Selection:
+        """A filter as the store's indexes read it (`majordomus.matching`): `invalid_input`
+        for a search its capability does not declare, `not_found` for an unknown one."""
+        search = None
+        if match.search is not None:
+            searchable: tuple[str, ...] = ()
+            if match.capability:
+                searchable = (await self.known(match.capability)).searchable
+            member, text = parse_search(match.search, match.capability, searchable)
+            search = (match.capability or "", member, text)
+        return Selection(
+            state=match.state,
+            capability=match.capability,
+            episode=match.episode,
+            top=place_of(match.created_before) if match.created_before else None,
+            floor=place_of(match.created_after) if match.created_after else None,
+            search=search,
+        )
+
+    async def matching(
+        self, selection: Selection, extra: tuple[str, ...] = (), page: int = 500
+    ) -> AsyncIterator[MatchedPage]:
+        """The executions of a selection, newest first, a page at a time: each its id, its
+        place and its fields `state`, `capability`, `episode` and then `extra`. A place is
+        the cursor, so what is created or forgotten meanwhile shifts nothing."""
+        older_than = selection.top
+        fields = ("state", "capability", "episode", *extra)
+        while True:
+            placed = await self.store.ids_newest_first(
+                page, older_than, floor=selection.floor, search=selection.search
+            )
+            if not placed:
+                return
+            older_than = placed[-1][1]
+            ids = [execution_id for execution_id, _ in placed]
+            rows = await self.store.snapshot_fields(ids, fields)
+            missing = [i for i, row in zip(ids, rows, strict=True) if row[0] is None]
+            await self.store.forget_missing(missing, selection.search)
+            yield [
+                (execution_id, place, row)
+                for (execution_id, place), row in zip(placed, rows, strict=True)
+                if selection.holds(row[0], row[1], row[2])
+            ]
+
+    async def count(self, match: Match) -> MatchCount:
+        """How many executions match now, and how many of them each bulk action would act on."""
+        return await self.count_of(await self.selection(match))
+
+    async def count_of(self, selection: Selection) -> MatchCount:
+        """`count`, of a selection."""
+        matching = cancellable = retryable = 0
+        async for page in self.matching(selection, ("retried_as",)):
+            for _, _, row in page:
+                matching += 1
+                state = row[0]
+                if state in (b"queued", b"running"):
+                    cancellable += 1
+                elif state in (b"failed", b"cancelled") and row[3] is None:
+                    retryable += 1
+        return MatchCount(matching, cancellable, retryable)
+
+    async def newest_place(self) -> float | None:
+        """The place of the newest execution, or None when there is none."""
+        newest = await self.store.ids_newest_first(1)
+        return newest[0][1] if newest else None
+
+    async def place_of(self, execution_id: str) -> float | None:
+        """Where an execution stands in the order of creation, or None when unknown."""
+        return await self.store.place_of(require_execution_id(execution_id))
 
     async def _place_before(self, before: str) -> float:
         place = await self.store.place_of(require_execution_id(before))
@@ -816,18 +954,6 @@ async def call_handler(cap: Capability, ctx: Context, value: Any) -> Any:
     if _is_async(cap.handler):
         return await cap.handler(ctx, value)
     return await in_thread(cap.handler, ctx, value)
-
-
-def _matches(
-    raw: dict[bytes, bytes], state: str | None, capability: str | None, episode: str | None
-) -> bool:
-    if state and raw.get(b"state", b"").decode() != state:
-        return False
-    if capability and raw.get(b"capability", b"").decode() != capability:
-        return False
-    if episode and raw.get(b"episode", b"").decode() != episode:
-        return False
-    return True
 
 
 def _text(value: bytes | None) -> Any:

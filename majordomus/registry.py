@@ -22,6 +22,7 @@ from majordomus.priorities import Priority
 from majordomus.retries import Retry
 from majordomus.schedules import Schedule
 from majordomus.schemas import schema_of
+from majordomus.search import SearchableError, check_searchable
 
 Kind = Literal["query", "command"]
 Stability = Literal["experimental", "stable", "deprecated"]
@@ -87,6 +88,9 @@ class Capability:
     task_support: TaskSupport = "optional"
     """Whether its MCP tool may answer a call as a task backed by an execution (derived when
     not declared: `optional` for a capability that runs as an execution, else `forbidden`)."""
+    searchable: tuple[str, ...] = ()
+    """The input members its executions may be found by (`majordomus.search`): each is
+    indexed by value at creation, for `executions.list`'s `search`."""
 
     @property
     def module(self) -> str:
@@ -264,6 +268,7 @@ def capability(
     cli: tuple[str, ...] | None = DERIVED,
     executable: bool = True,
     task_support: TaskSupport | None = None,
+    searchable: tuple[str, ...] | list[str] = (),
     registry: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Declared[In, Out]]:
     """Declare a capability: `@capability("myapp.resize", input=In, output=Out)`.
@@ -277,6 +282,10 @@ def capability(
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
         if seconds is not None and not seconds > 0:
             raise RegistryError(f"timeout {timeout!r} of {id!r} is not a positive duration")
+        try:
+            found_by = check_searchable(id, input, tuple(searchable))
+        except SearchableError as exc:
+            raise RegistryError(str(exc)) from exc
         cap = Capability(
             id=id,
             kind=kind,
@@ -297,6 +306,7 @@ def capability(
             exposure=derive_exposure(id, kind, mcp, http, cli),
             executable=executable,
             task_support=tasks,
+            searchable=found_by,
         )
         (registry if registry is not None else REGISTRY).add(cap)
         return Declared(cap, handler)

@@ -162,3 +162,21 @@ def deaf_plain(ctx: Context, inp: Sleep) -> Slept:
 def nap(ctx: Context, inp: Sleep) -> Slept:
     time.sleep(inp.seconds)
     return Slept(inp.seconds)
+
+
+class Order(msgspec.Struct, forbid_unknown_fields=True):
+    customer: str
+    quantity: int = 1
+    rush: bool = False
+    note: str = ""
+
+
+@capability(
+    "tests.order",
+    input=Order,
+    output=Done,
+    title="Take an order",
+    searchable=("customer", "quantity", "rush"),
+)
+async def order(ctx: Context, inp: Order) -> Done:
+    return Done()

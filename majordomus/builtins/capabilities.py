@@ -48,6 +48,9 @@ class CapabilityView(msgspec.Struct):
     retry: RetryView | None
     """Its retry policy (`majordomus.retries`); null: a failed execution is not retried."""
     tags: list[str]
+    searchable: list[str]
+    """The input members its executions may be found by: `executions.list`'s `search`
+    (`member=value`) with this capability."""
     exposure: ExposureView
     input_schema: dict[str, Any]
     output_schema: dict[str, Any]
@@ -77,6 +80,7 @@ def view_of(cap: Capability) -> CapabilityView:
         max_concurrency=cap.max_concurrency,
         retry=cap.retry.view() if cap.retry is not None else None,
         tags=list(cap.tags),
+        searchable=list(cap.searchable),
         exposure=ExposureView(
             e.mcp_tool,
             HttpRoute(e.http_method, e.http_path) if e.http_method and e.http_path else None,

@@ -15,9 +15,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from majordomus import bulk
 from majordomus.builtins.common import Cursor, NonNegative, control, engine_of
+from majordomus.bulk import BULK_RETRY, CancelMatchingOutput, RetryMatchingOutput
 from majordomus.config import clamp
 from majordomus.ids import ExecutionId
+from majordomus.matching import Match, MatchCount, Order, Sort
 from majordomus.model import (
     CancelOutput,
     EventHistory,
@@ -30,7 +33,6 @@ from majordomus.priorities import Priority
 from majordomus.registry import capability
 from majordomus.schemas import INPUT_OF
 from majordomus.start_options import StartOptions
-from majordomus.states import ExecutionState
 from majordomus.store import clock
 
 if TYPE_CHECKING:
@@ -121,17 +123,20 @@ async def start(ctx: Context, inp: StartInput) -> ExecutionSnapshot:
 # -- executions.list ----------------------------------------------------------------------
 
 
-class ListInput(msgspec.Struct, forbid_unknown_fields=True):
-    """The input of `executions.list`."""
+class ListInput(Match, forbid_unknown_fields=True, kw_only=True):
+    """The input of `executions.list`: the filter, then the page and its order."""
 
-    state: ExecutionState | None = None
-    capability: str | None = None
-    episode: str | None = None
     limit: NonNegative | None = None
-    """How many, newest first; the default and the bound are both 200."""
+    """How many; the default and the bound are both 200."""
     before: ExecutionId | None = None
     """Only executions created before this one: the last id of the previous page gives the
     next (older) page, however many were created since."""
+    sort: Sort = "created"
+    """`created`: the newest matches. `duration` or `state`: the first of the newest 5,000
+    matches in that order (a time range narrows them to a period); an active execution has
+    no duration yet and comes last; ties newest first."""
+    order: Order = "desc"
+    """`desc` (newest, longest, or last in the lifecycle first) or `asc`."""
 
 
 @capability(
@@ -140,14 +145,120 @@ class ListInput(msgspec.Struct, forbid_unknown_fields=True):
     input=ListInput,
     output=ExecutionList,
     title="List executions",
-    description="Executions newest first, filtered by state, capability or episode.",
+    description=(
+        "Executions newest first, filtered by state, capability, episode, a time range, or "
+        "the value of an input member its capability declares searchable; sorted by "
+        "creation, duration or state."
+    ),
     mcp="majordomus_executions",
     http=("GET", "/api/v1/executions"),
     cli=("executions", "list"),
     **CONTROL,
 )
 async def list_executions(ctx: Context, inp: ListInput) -> ExecutionList:
-    return await engine_of(ctx).list(inp.state, inp.capability, inp.episode, inp.limit, inp.before)
+    return await engine_of(ctx).list(
+        limit=inp.limit, before=inp.before, match=inp.matching(), sort=inp.sort, order=inp.order
+    )
+
+
+# -- executions.count ---------------------------------------------------------------------
+
+
+class CountInput(Match, forbid_unknown_fields=True, kw_only=True):
+    """The input of `executions.count`: the filter of `executions.list`."""
+
+
+@capability(
+    "executions.count",
+    kind="query",
+    input=CountInput,
+    output=MatchCount,
+    title="Count executions matching a filter",
+    description=(
+        "How many executions match a filter (the list's), and how many of them "
+        "executions.cancel_matching and executions.retry_matching would act on: what to "
+        "show before confirming one."
+    ),
+    mcp="majordomus_executions_count",
+    http=("GET", "/api/v1/executions/count"),
+    cli=("executions", "count"),
+    **CONTROL,
+)
+async def count(ctx: Context, inp: CountInput) -> MatchCount:
+    return await engine_of(ctx).count(inp.matching())
+
+
+# -- executions.cancel_matching and executions.retry_matching -------------------------------
+
+
+class CancelMatchingInput(Match, forbid_unknown_fields=True, kw_only=True):
+    """The input of `executions.cancel_matching`: the filter of `executions.list`."""
+
+
+class RetryMatchingInput(Match, forbid_unknown_fields=True, kw_only=True):
+    """The input of `executions.retry_matching`: the filter of `executions.list`."""
+
+
+@capability(
+    "executions.cancel_matching",
+    kind="command",
+    input=CancelMatchingInput,
+    output=CancelMatchingOutput,
+    title="Cancel every execution matching a filter",
+    description=(
+        "Cancel every queued or running execution a filter matches (the list's), created "
+        "before this action: each cancel atomic, as executions.cancel's. It runs as an "
+        "execution of its own (progress per page; cancel it to stop it); interrupted, the "
+        "same filter again does the rest. Count them first with executions.count."
+    ),
+    stability="stable",
+    tags=("executions",),
+    cancellable=True,
+    retry=BULK_RETRY,
+    mcp="majordomus_executions_cancel_matching",
+    http=("POST", "/api/v1/executions/cancel_matching"),
+    cli=("executions", "cancel-matching"),
+)
+async def cancel_matching(ctx: Context, inp: CancelMatchingInput) -> CancelMatchingOutput:
+    return await bulk.cancel_matching(
+        engine_of(ctx),
+        inp.matching(),
+        by=ctx.actor,
+        own_id=getattr(ctx, "execution_id", None),
+        progress=lambda done, total: ctx.progress(done, total, f"{done} of {total} cancelled"),
+        stop=ctx.raise_if_cancelled,
+    )
+
+
+@capability(
+    "executions.retry_matching",
+    kind="command",
+    input=RetryMatchingInput,
+    output=RetryMatchingOutput,
+    title="Retry every failed or cancelled execution matching a filter",
+    description=(
+        "Start again every failed or cancelled execution a filter matches (the list's), "
+        "created before this action and not retried yet, each as a new execution linked to "
+        "it (retry_of), with its input, actor and priority; one whose input held a secret "
+        "is passed by (secrets are not kept). It runs as an execution of its own; "
+        "interrupted, the same filter again does the rest, never retrying one twice."
+    ),
+    stability="stable",
+    tags=("executions",),
+    cancellable=True,
+    retry=BULK_RETRY,
+    mcp="majordomus_executions_retry_matching",
+    http=("POST", "/api/v1/executions/retry_matching"),
+    cli=("executions", "retry-matching"),
+)
+async def retry_matching(ctx: Context, inp: RetryMatchingInput) -> RetryMatchingOutput:
+    return await bulk.retry_matching(
+        engine_of(ctx),
+        inp.matching(),
+        own_id=getattr(ctx, "execution_id", None),
+        progress=lambda done, total: ctx.progress(done, total, f"{done} of {total} retried"),
+        stop=ctx.raise_if_cancelled,
+    )
 
 
 # -- executions.get -----------------------------------------------------------------------

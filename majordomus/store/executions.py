@@ -31,9 +31,9 @@ from majordomus.store.batching import BatchedScript
 from majordomus.store.clock import now_stamp, stamp_of
 from majordomus.store.cluster import is_cluster
 from majordomus.store.connect import RedisClient
-from majordomus.store.policy import blocking_reads
 from majordomus.store.feed import FeedStore
 from majordomus.store.keys import Partition
+from majordomus.store.policy import blocking_reads
 from majordomus.store.queue import QueueStore
 from majordomus.store.rollup import RollupStore
 from majordomus.store.signals import SignalStore
@@ -78,6 +78,9 @@ class StartPlan:
     attempts_before: int = 0
     timeout_ms: int | None = None
     """Its own timeout, when its start shortened its capability's."""
+    search: tuple[tuple[str, str], ...] = ()
+    """(member, value text) of each searchable input member it is indexed by
+    (`majordomus.search`)."""
 
 
 NOW = StartPlan()
@@ -109,6 +112,9 @@ class IdTaken(RuntimeError):
     and then; the caller draws another (`Engine.start`)."""
 
 
+Searched = tuple[str, str, str]
+"""A search index: (capability, member, value text), `Partition.search`."""
+
 EventWrite = tuple[str, bytes]
 """An event to append: its type and its `data` as JSON bytes (b'' for none)."""
 
@@ -126,7 +132,9 @@ class ExecutionStore(StoreBase):
 
     def _create_script(self, part: Partition) -> AsyncScript:
         retain_ms = str(int(self.settings.retain_seconds * 1000))
-        return self.partition_script("create.lua", part, {"RETAIN_MS": retain_ms})
+        return self.partition_script(
+            "create.lua", part, {"RETAIN_MS": retain_ms, "SEARCHED": part.searched}
+        )
 
     def _append_script(self, part: Partition) -> AsyncScript:
         return self.partition_script("append.lua", part, {
@@ -237,6 +245,10 @@ class ExecutionStore(StoreBase):
         if retried:
             keys.append(k.snapshot(retried))
             args += ("retried", "1")
+        if plan.search:
+            indexes = [part.search(capability, member, text) for member, text in plan.search]
+            keys += indexes
+            args += ("indexed", encode(indexes))
         if k.partition_count > 1:
             args += ("part", part.index, "parts", k.partition_count)
         answer = await self._creates[part.index](keys=keys, args=args)
@@ -384,16 +396,25 @@ class ExecutionStore(StoreBase):
         return Pipeline(self.redis.connection_pool, self._page_callbacks, False, None)
 
     async def ids_newest_first(
-        self, count: int, older_than: float | None = None
+        self,
+        count: int,
+        older_than: float | None = None,
+        *,
+        floor: float | None = None,
+        search: Searched | None = None,
     ) -> list[tuple[str, float]]:
         """Up to `count` execution ids, newest first, each with its place in the order of
-        creation; only those created before the place `older_than`, when given. A place,
-        not an offset: ids forgotten or added meanwhile shift no page. Each partition's
-        newest, merged (places are comparable across partitions: `create.lua`)."""
+        creation; only those created before the place `older_than`, when given, and at or
+        after the place `floor`. A place, not an offset: ids forgotten or added meanwhile
+        shift no page. Each partition's newest, merged (places are comparable across
+        partitions: `create.lua`). With `search` (capability, member, value text), those of
+        that search index only (`Partition.search`), never a scan of the others."""
         top = "+inf" if older_than is None else f"({older_than!r}"
+        bottom = "-inf" if floor is None else repr(floor)
         async with self.redis.pipeline(transaction=False) as pipe:
             for part in self.keys.partitions:
-                pipe.zrevrangebyscore(part.all, top, "-inf", start=0, num=count, withscores=True)
+                key = part.all if search is None else part.search(*search)
+                pipe.zrevrangebyscore(key, top, bottom, start=0, num=count, withscores=True)
             pages = await pipe.execute()
         merged = [(member.decode(), float(score)) for page in pages for member, score in page]
         merged.sort(key=lambda pair: pair[1], reverse=True)
@@ -465,21 +486,31 @@ class ExecutionStore(StoreBase):
             if not old:
                 continue
             ids = [o.decode() for o in old]
+            # The search indexes each is in (`create.lua` kept their names).
+            indexed = await self.redis.hmget(part.searched, ids)  # type: ignore[misc]
             async with self.redis.pipeline(transaction=False) as pipe:
-                for execution_id in ids:
+                for execution_id, names in zip(ids, indexed, strict=True):
+                    for index in msgspec.json.decode(names) if names else ():
+                        pipe.zrem(index, execution_id)
                     pipe.delete(*self.keys.execution_keys(execution_id))
+                if any(indexed):
+                    pipe.hdel(part.searched, *ids)
                 pipe.zrem(part.finished, *ids)
                 pipe.zrem(part.all, *ids)
                 await pipe.execute()
             pruned += len(ids)
         return pruned
 
-    async def forget_missing(self, execution_ids: Sequence[str]) -> None:
+    async def forget_missing(
+        self, execution_ids: Sequence[str], search: Searched | None = None
+    ) -> None:
+        """Drop ids whose snapshot is gone from the index they were read from."""
         if not execution_ids:
             return
         async with self.redis.pipeline(transaction=False) as pipe:
             for execution_id in execution_ids:
-                pipe.zrem(self.keys.partition_of(execution_id).all, execution_id)
+                part = self.keys.partition_of(execution_id)
+                pipe.zrem(part.all if search is None else part.search(*search), execution_id)
             await pipe.execute()
 
     # -- inspection ---------------------------------------------------------------------

@@ -148,6 +148,13 @@ class Partition:
         `idx:all`: added by `create.lua`, removed with the execution by `prune`."""
         return f"{self.base}idx:in:{capability}:{member}:{value}"
 
+    @property
+    def searched(self) -> str:
+        """The search indexes each execution of this partition is in (a hash: id -> JSON
+        list of their names), written with them by `create.lua` and read by `prune`, which
+        outlives the snapshot (it expires the retention after the execution ends)."""
+        return f"{self.base}idx:in"
+
     def idempotency(self, key: str) -> str:
         """An idempotency key's holder ("<execution id> <fingerprint>"), kept the retention."""
         return f"{self.base}idem:{key}"

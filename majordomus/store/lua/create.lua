@@ -18,10 +18,10 @@
 --       creation given here),
 --       DELAYED, WAKEUP (the wake-up list), BASE (the partition's key base), FEED_MAX,
 --       RETAIN_MS (the worker-only input's and the idempotency key's time to live), WAKE
---       (the wake channel).
+--       (the wake channel), SEARCHED (the search indexes of each execution).
 -- KEYS: snapshot, events, secret input; then, with the options that name them, the
---       idempotency key and the retried attempt's snapshot (keys of the partition's slot,
---       as a Redis Cluster requires)
+--       idempotency key, the retried attempt's snapshot and the search indexes (keys of
+--       the partition's slot, as a Redis Cluster requires)
 -- ARGV: id, timestamp, now_ms, capability, title, input JSON (redacted), cancellable,
 --       actor, secret JSON or '', created data JSON, priority, its head start ms,
 --       attempts before, the call's token (`next_token`: the same call sent again is
@@ -31,7 +31,9 @@
 --       schedule, timeout_ms (a bound shorter than its capability's timeout, for the take
 --       to hand its worker), retry_of, retried ('1': the retried attempt's snapshot is a key, told
 --       `retried_as`), idempotency (the key's text) and fingerprint, part and parts (the
---       partition's index and the partitions, when there are several). A plain start has
+--       partition's index and the partitions, when there are several), indexed (the
+--       search indexes its searchable input members name, `majordomus.search`, as a JSON
+--       list kept in SEARCHED for `prune`: the keys after the others, each added to). A plain start has
 --       none: every argument costs Redis about as much as a small command, as it is read,
 --       then made a Lua value.
 -- Answers {ahead}, or {-2, held id, its fingerprint} for a held idempotency key.
@@ -159,6 +161,12 @@ redis.call('XADD', stream, '2-0', 'e', e2)
 redis.call('XADD', FEED, 'MAXLEN', '~', FEED_MAX, '*', 'x', id, 's', 1, 'e', e1)
 redis.call('XADD', FEED, 'MAXLEN', '~', FEED_MAX, '*', 'x', id, 's', 2, 'e', e2)
 redis.call('ZADD', ALL, order, id)
+if opt.indexed then
+  -- The search indexes (of this partition's slot), scored as idx:all is.
+  local first = 4 + (idem_key and 1 or 0) + (retried_key and 1 or 0)
+  for i = first, #KEYS do redis.call('ZADD', KEYS[i], order, id) end
+  redis.call('HSET', SEARCHED, id, opt.indexed)
+end
 -- idx:queued is scored by when it is due, so a wait is counted from then.
 local at_s = ready and ARGV[3] or opt.due_ms
 redis.call('ZADD', QUEUED, at_s, id)
