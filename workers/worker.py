@@ -13,8 +13,8 @@ stops taking work, lets running executions finish for `MAJORDOMUS_SHUTDOWN_GRACE
 cancels them (`by: "server"`). A drained worker (`queue.drain`, read with its beat) takes
 nothing either, and runs what it took; undrained, it takes again.
 
-It also takes and runs the executions itself (`_poll_iteration` and `_run_execution`, in
-place of arq's `start_jobs`, `run_job`, `finish_job` and `finish_failed_job`): arq's build
+It also takes and runs the executions itself (`_poll_once` and `_run_execution`, where arq's
+`main` calls its `_poll_iteration`, `start_jobs`, `run_job` and `finish_job`): arq's build
 every key from its module constants (`arq:job:<id>`, `arq:retry:<id>`, `arq:abort`, ...),
 one set for the whole process, which would put every deployment's jobs under the same
 names whatever its `MAJORDOMUS_KEY_PREFIX`, and spend five round trips a job where
@@ -22,6 +22,11 @@ majordomus needs a fraction of one. Ours go through the store and its `Keys`, so
 touches only its own prefix's keys, and several prefixes can run in one process. An
 execution needs none of what arq's runner adds around a job (retries, results, aborts,
 its timeout, per-job hooks), so this is a handful of lines, not a copy.
+
+Only arq's public API is used: the worker overrides `main` and `handle_sig` alone, and
+reads arq's public attributes (`pool`, `tasks`, `job_counter`, `allow_pick_jobs`, ...); the
+methods of arq's own runner are reached only from arq's `main`, so they never run here.
+`tests/workers/test_arq_overrides.py` fails when an arq release changes what this relies on.
 """
 
 from __future__ import annotations
@@ -34,7 +39,6 @@ import sys
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from arq.connections import create_pool
 from arq.worker import Worker
 
 from majordomus.loops import Failures, within
@@ -88,14 +92,8 @@ class MajordomusWorker(Worker):
     """Set while no blocking take is waiting (`_stop_gracefully` waits for it)."""
 
     async def main(self) -> None:
-        if self._pool is None:
-            self._pool = await create_pool(
-                self.redis_settings,
-                job_deserializer=self.job_deserializer,
-                job_serializer=self.job_serializer,
-                default_queue_name=self.queue_name,
-                expires_extra_ms=self.expires_extra_ms,
-            )
+        if self.pool is None:
+            raise RuntimeError("MajordomusWorker is given its Redis client: build_worker(...)")
         self.ctx["redis"] = self.pool
         self.ctx[MAJORDOMUS_WORKER] = True
         if self.on_startup:
@@ -116,12 +114,8 @@ class MajordomusWorker(Worker):
                 if runtime.lease_in_doubt:  # back from an outage: renew before taking work
                     await runtime.beat()
                 self._block = block
-                await self._poll_iteration()
-                if (
-                    self.burst
-                    and not self.tasks
-                    and not await runtime.store.ready_count()
-                ):
+                await self._poll_once()
+                if self.burst and not self.tasks and not await runtime.store.ready_count():
                     return
                 timeout = self._next_wait(runtime.settings.poll_seconds)
                 block = self._block_for(timeout)
@@ -182,7 +176,7 @@ class MajordomusWorker(Worker):
         """Neither stopping (SIGTERM) nor drained by an operator: it takes work."""
         return self.allow_pick_jobs and not (self.runtime is not None and self.runtime.draining)
 
-    async def _poll_iteration(self) -> None:
+    async def _poll_once(self) -> None:
         """arq's poll, as one script (`take.lua`) that polls, takes and starts up to as many
         executions as this worker has free slots: one round trip per batch of starts
         (arq's read the queue, then spend four round trips a job to mark it in progress,
@@ -250,11 +244,8 @@ class MajordomusWorker(Worker):
         started at once, where Python can (`started_now`)."""
         self.job_counter += 1  # arq's semaphore is not used: the take counts the free slots
         task = started_now(self.loop, self._run_execution(taken))
-        task.add_done_callback(lambda _: self._release_sem_dec_counter_on_complete())
+        task.add_done_callback(lambda _: self._slot_freed())
         self.tasks[taken.execution_id] = task
-
-    async def start_jobs(self, job_ids: list[bytes]) -> None:
-        raise NotImplementedError("MajordomusWorker takes executions in _poll_iteration")
 
     async def _run_execution(self, taken: Taken) -> None:
         """Run one taken execution, which the runtime ends with exactly one terminal event
@@ -289,28 +280,13 @@ class MajordomusWorker(Worker):
             raise RuntimeError("MajordomusWorker takes jobs only once its startup has run")
         return self.runtime
 
-    # arq's own job runner and abort handling name arq's process-wide keys: never used here
-    # (`_run_execution` runs jobs; cancels go through the execution's `cancelling`).
-
-    async def run_job(self, job_id: str, score: int) -> None:
-        raise NotImplementedError("MajordomusWorker runs jobs with _run_execution")
-
-    async def finish_job(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError("MajordomusWorker finishes jobs in _run_execution")
-
-    async def finish_failed_job(self, job_id: str, result_data: bytes | None) -> None:
-        raise NotImplementedError("MajordomusWorker finishes jobs in _run_execution")
-
-    async def _cancel_aborted_jobs(self) -> None:
-        raise NotImplementedError("no allow_abort_jobs: majordomus cancels executions")
-
     @property
     def _waiting_in_redis(self) -> bool:
         """A blocking take of this worker's is out (`_take_blocking`)."""
         return self._not_blocking is not None and not self._not_blocking.is_set()
 
-    def _release_sem_dec_counter_on_complete(self) -> None:
-        """A slot freed (arq's semaphore stays as it was: only arq's `start_jobs` used it).
+    def _slot_freed(self) -> None:
+        """A slot freed (arq's semaphore is not used: only arq's `start_jobs` takes it).
         The poll loop is woken to fill it at once when the last take left due work behind
         (this worker was full); otherwise, where a worker with room waits in Redis, a
         loop waiting here (it was full) goes on to wait there, where the wake-ups of the

@@ -272,7 +272,7 @@ async def test_a_take_cut_short_by_redis_keeps_the_slots_and_its_token(worker: A
     try:
         for _ in range(2):
             with pytest.raises(ConnectionError):
-                await worker._poll_iteration()
+                await worker._poll_once()
             runtime.woken_by = "x-20261203T000000Z-0000000b"  # another, before the second
     finally:
         del runtime.store.take
