@@ -198,3 +198,65 @@ def test_no_bounded_wait_can_drop_a_cancel() -> None:
         and node.func.value.id == "asyncio"
     ]
     assert found == []
+
+
+# -- other libraries' private modules ----------------------------------------------------------
+
+FENCED_LIBRARIES = ("typer", "click", "rich", "arq", "litestar", "mcp")
+"""Libraries whose private modules (`typer._coercion`, `litestar._openapi`...) no module
+imports but the one shim that library has (`FENCES`): a private module moves without notice,
+and a shim keeps each use in one place, with why and a test that fails when it moves."""
+
+FENCES = {"api/mcp/sdk.py"}
+"""The shim modules, each the one place its library's private names are used (typer, click,
+rich, arq and litestar have none: majordomus uses their public APIs alone)."""
+
+FENCED_ELSEWHERE = ("majordomus/store/",)
+"""The store fences redis-py's private names itself (`majordomus/store/redis_internals.py`),
+checked by the store's own tests."""
+
+
+def _private_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """Each import of a private module (or a private name) of a `FENCED_LIBRARIES` library:
+    `import x._y`, `from x._y import z`, `from x import _y`."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules = [(node.module, [alias.name for alias in node.names])]
+        else:
+            continue
+        for module, names in modules:
+            root, *rest = module.split(".")
+            if root not in FENCED_LIBRARIES:
+                continue
+            if any(part.startswith("_") for part in rest):
+                found.append((node.lineno, module))
+            found += [(node.lineno, f"{module}.{n}") for n in names if n.startswith("_")]
+    return found
+
+
+def test_the_rule_sees_the_private_imports_it_forbids() -> None:
+    source = (
+        "import typer._completion_shared\n"
+        "from click._compat import term_len\n"
+        "from arq import _private\n"
+        "from litestar.routes import HTTPRoute\n"
+        "import rich.markup\n"
+    )
+    assert _private_imports(ast.parse(source)) == [
+        (1, "typer._completion_shared"),
+        (2, "click._compat"),
+        (3, "arq._private"),
+    ]
+
+
+def test_only_a_shim_imports_a_private_module_of_another_library() -> None:
+    found = [
+        f"{_rel(path)}:{line} imports {name}: only its library's shim module may (as api/mcp/sdk.py)"
+        for path in _modules()
+        if _rel(path) not in FENCES and not _rel(path).startswith(FENCED_ELSEWHERE)
+        for line, name in _private_imports(ast.parse(path.read_text()))
+    ]
+    assert found == []
