@@ -1,14 +1,14 @@
-"""The README's "Write your own capability" section, run as a newcomer would run it: its
-module written as `greetings.py` into an empty folder, `majordomus dev` (the console
+"""The "Write a capability" tutorial (docs/tutorial/capability.md; the README shows the same
+module), run as a newcomer would run it: its module written as `greetings.py` into an empty
+folder, `majordomus dev` (the console
 script, which puts no folder on `sys.path`) started from that folder with
 `MAJORDOMUS_CAPABILITIES=greetings` and no `PYTHONPATH`, an execution started over HTTP,
-and the section's `majordomus run` command line run beside it."""
+and the page's CLI command line run beside it."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -19,24 +19,12 @@ import httpx
 import pytest
 import redis as redis_sync
 
-from tests.conftest import ROOT, running_dev
+from tests.conftest import running_dev
+from tests.docs.examples import marked_block
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("majordomus")
-
-
-def marked_block(marker: str, kind: str = "readme-capability") -> str:
-    """The fenced block right after `<!-- KIND: MARKER -->` in the README (`readme-client`
-    and `readme-testing` mark the other sections' examples)."""
-    text = (ROOT / "README.md").read_text()
-    found = re.search(
-        rf"<!-- {re.escape(kind)}: {re.escape(marker)} -->\s*```\w*\n(.*?)^\s*```",
-        text,
-        re.DOTALL | re.MULTILINE,
-    )
-    assert found, f"README.md has no block marked {kind}: {marker}"
-    return found.group(1)
 
 
 def user_env(redis_url: str) -> dict[str, str]:
@@ -60,7 +48,7 @@ def folder(tmp_path: Path, redis_url: str) -> Path:
 
 @contextlib.contextmanager
 def dev(folder: Path, env: dict[str, str]) -> Iterator[str]:
-    """`majordomus dev`, the console script, from the folder of the README's module."""
+    """`majordomus dev`, the console script, from the folder of the tutorial's module."""
     with running_dev(env, [str(CONSOLE_SCRIPT)], cwd=folder) as running:
         yield running.url
 
@@ -103,7 +91,7 @@ def test_the_readme_capability_runs_from_its_folder_as_the_readme_says(
         assert caps["greetings.hello"]["exposure"]["mcp_tool"] == "majordomus_greetings_hello"
         assert caps["greetings.shout"]["exposure"]["mcp_tool"] == "majordomus_greetings_shout"
 
-        line = marked_block("cli").strip()
+        line = marked_block("cli-hello").strip()
         words = shlex.split(line)
         assigned = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
         argv = [w for w in words if w not in {f"{k}={v}" for k, v in assigned.items()}]

@@ -1,7 +1,7 @@
 """Prometheus scrapes, as Prometheus makes them: the API's `GET /metrics` over a real socket
 after executions succeeded and failed, a worker's own metrics port after it ran some, a
-scrape while Redis is down, the token, and the README's list of every metric a scrape can
-answer. Every scrape is parsed with prometheus_client's own parser."""
+scrape while Redis is down, the token, and the metrics reference's list
+(docs/reference/metrics.md) of every metric a scrape can answer. Every scrape is parsed with prometheus_client's own parser."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 import httpx
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from majordomus.api.app import create_app
@@ -172,16 +171,14 @@ async def test_a_scrape_while_redis_is_down_still_answers() -> None:
     assert took < 5, f"a scrape during the outage took {took:.1f}s"
 
 
-README_METRIC = re.compile(r"^\| `(majordomus_[a-z_]+)` \| (counter|gauge|histogram) \|", re.M)
+DOCUMENTED_METRIC = re.compile(r"^\| `(majordomus_[a-z_]+)` \| (counter|gauge|histogram) \|", re.M)
 
 
-@pytest.mark.parametrize("section", ["### Metrics"])
-async def test_the_readme_documents_every_metric_a_scrape_answers(
-    engine: Engine, section: str
+async def test_the_metrics_reference_documents_every_metric_a_scrape_answers(
+    engine: Engine,
 ) -> None:
-    readme = (ROOT / "README.md").read_text()
-    documented_text = readme[readme.index(section) :]
-    documented = dict(README_METRIC.findall(documented_text))
+    page = (ROOT / "docs" / "reference" / "metrics.md").read_text()
+    documented = dict(DOCUMENTED_METRIC.findall(page))
     await engine.start("tests.noop")  # so every scrape-time family has a sample
     families = [*METRICS.registry.collect(), *await cluster_families(engine, listeners=0)]
     answered = {f.name + ("_total" if f.type == "counter" else ""): f.type for f in families}

@@ -1,4 +1,4 @@
-"""The README's "From Python code" examples, run as an application would run them, and
+"""The "From Python code" tutorial's examples (docs/tutorial/python-client.md), run as an application would run them, and
 type-checked as a user's CI would: the asyncio one straight to Redis, the synchronous
 (Django-style) one through the API of a `majordomus dev` serving `greetings.py`; and
 `mypy --strict` on both, which infers the output type from the declaration."""
@@ -14,7 +14,8 @@ import pytest
 import redis as redis_sync
 
 from tests.conftest import ROOT, running_dev
-from tests.test_readme_capability import CONSOLE_SCRIPT, marked_block, user_env
+from tests.docs.examples import marked_block
+from tests.test_readme_capability import CONSOLE_SCRIPT, user_env
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -26,7 +27,7 @@ def app(tmp_path: Path, redis_url: str) -> Path:
     client.close()
     (tmp_path / "greetings.py").write_text(marked_block("greetings.py"))
     for name in ("app_async.py", "app_sync.py"):
-        (tmp_path / name).write_text(marked_block(name, "readme-client"))
+        (tmp_path / name).write_text(marked_block(name))
     return tmp_path
 
 
@@ -61,7 +62,7 @@ def test_the_readme_applications_run_on_either_transport(app: Path, redis_url: s
 
 
 def test_mypy_strict_infers_the_output_type_from_the_declaration(app: Path) -> None:
-    # Beside the README's files, one that claims the wrong output type: mypy must refuse it
+    # Beside the tutorial's files, one that claims the wrong output type: mypy must refuse it
     # (it would not, were the declaration's output type lost as Any), and it alone.
     (app / "wrong.py").write_text(
         "from typing import assert_type\n"

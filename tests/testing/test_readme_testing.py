@@ -1,5 +1,5 @@
-"""The README's "Testing your capabilities" example, run as a user's suite runs it: the
-README's `greetings.py` and `test_greetings.py` in an empty folder, `python -m pytest`
+"""The "Testing your capabilities" tutorial's example (docs/tutorial/testing.md), run as a
+user's suite runs it: the tutorials' `greetings.py` and `test_greetings.py` in an empty folder, `python -m pytest`
 there, the kit's fixture coming from the installed plugin alone."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_readme_capability import marked_block
+from tests.docs.examples import marked_block
 
 pytestmark = [pytest.mark.process]
 
 
 def test_the_readme_test_of_greetings_passes_in_a_suite_of_its_own(tmp_path: Path) -> None:
     (tmp_path / "greetings.py").write_text(marked_block("greetings.py"))
-    (tmp_path / "test_greetings.py").write_text(marked_block("test_greetings.py", "readme-testing"))
+    (tmp_path / "test_greetings.py").write_text(marked_block("test_greetings.py"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAJORDOMUS_")}
     env["PYTHONPATH"] = str(tmp_path)
     done = subprocess.run(
