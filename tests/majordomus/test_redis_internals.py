@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import functools
 import inspect
 from pathlib import Path
 from typing import Any
@@ -165,9 +166,10 @@ def _redis_private_uses_of(path: Path) -> list[str]:
     theirs: set[str] = set()
     if module is not None:
         for _, cls in inspect.getmembers(module, inspect.isclass):
-            for base in cls.__mro__[1:]:
-                if base.__module__.startswith("redis."):
-                    theirs |= _private_attributes(inspect.getsource(base))
+            if cls.__module__ == module.__name__:  # a class of ours, not one imported
+                for base in cls.__mro__[1:]:
+                    if base.__module__.startswith("redis."):
+                        theirs |= _private_attributes_of(base)
     ours = {
         node.name
         for node in ast.walk(tree)
@@ -192,9 +194,20 @@ def _redis_private_uses_of(path: Path) -> list[str]:
     return found
 
 
+def _private_attributes_of(cls: type) -> frozenset[str]:
+    """The private names redis-py's module of `cls` uses on `self` (its classes', a superset
+    of `cls`'s: a name any of them uses is redis-py's to change)."""
+    return _private_attributes_in(inspect.getfile(cls))
+
+
+@functools.cache
+def _private_attributes_in(path: str) -> frozenset[str]:
+    return frozenset(_private_attributes(Path(path).read_text()))
+
+
 def _private_attributes(source: str) -> set[str]:
     names = set()
-    for node in ast.walk(ast.parse(inspect.cleandoc("\n" + source))):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
             if isinstance(node.value, ast.Name) and node.value.id == "self":
                 names.add(node.attr)
