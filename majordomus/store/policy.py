@@ -68,9 +68,7 @@ API_ANSWER_BOUND_SECONDS = 3.0
 BLOCK_MARGIN_SECONDS = 2.0
 """What a blocking read (`blocking_reads`) waits beyond its block for the reply."""
 
-_BLOCKING_READ: ContextVar[float | None] = ContextVar(
-    "majordomus_blocking_read", default=None
-)
+_BLOCKING_READ: ContextVar[float | None] = ContextVar("majordomus_blocking_read", default=None)
 
 
 @contextlib.contextmanager
@@ -86,6 +84,7 @@ def blocking_reads(block_ms: int | float | None) -> Generator[None, None, None]:
         yield
     finally:
         _BLOCKING_READ.reset(token)
+
 
 RETRY_BACKOFF_BASE_SECONDS = 0.05
 RETRY_BACKOFF_CAP_SECONDS = 1.0

@@ -113,4 +113,3 @@ def not_a_redis_url(url: str, exc: Exception) -> MajordomusError:
         "redis+cluster://host:port[,host:port…] for a Redis Cluster, or "
         "redis+sentinel://host:port[,host:port…]/service[/db] for a master Sentinel watches",
     )
-
