@@ -137,6 +137,8 @@ def session_script(page: Path, folder: Path, address: str) -> tuple[str, list[Bl
     return "\n".join(lines) + "\n", run
 
 
+@pytest.mark.process
+@pytest.mark.slow
 @pytest.mark.parametrize("page", shell_pages(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_the_shell_examples_run(
     page: Path, folder: Path, reader_env: dict[str, str], dev: DevProcess
@@ -161,6 +163,8 @@ def test_the_shell_examples_run(
         assert not ERROR_ENVELOPE.search(said), f"{run[index].where} answered an error:\n{said}"
 
 
+@pytest.mark.process
+@pytest.mark.slow
 @pytest.mark.parametrize("block", python_blocks(), ids=lambda b: b.where)
 def test_the_python_examples_run(block: Block, folder: Path, reader_env: dict[str, str]) -> None:
     script = folder / f"example_{block.page.stem}_{block.line}.py"
@@ -183,3 +187,13 @@ def test_the_python_examples_run(block: Block, folder: Path, reader_env: dict[st
 )
 def test_the_yaml_examples_parse(block: Block) -> None:
     assert isinstance(yaml.safe_load(block.text), dict), block.where
+
+
+def test_the_readme_is_a_front_door_whose_links_lead_somewhere() -> None:
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 300, "the README is the front door: at most 300 lines"
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if not t.startswith(("http://", "https://"))]
+    assert "docs/index.md" in local
+    for target in local:
+        assert (ROOT / target).exists(), f"the README links to {target}, which is not there"
