@@ -3,9 +3,10 @@
 The console is a handful of static files in `api/console/static/` (one HTML shell, one
 stylesheet, plain ES modules): no build step, no Node toolchain, nothing fetched from a CDN.
 Every figure it shows it reads from the routes any client has (`executions.*`,
-`capabilities.*`, `queue.*`, `schedules.*`, `episodes.list`, the live channel at `/events`); this module only serves the
+`capabilities.*`, `queue.*`, `schedules.*`, `episodes.list`, the live channel at `/events`; the charts
+`executions.stats`, drawn as SVG by the page itself); this module only serves the
 files. The shell answers at every page's own address (`/`, `/queue`, `/schedules`,
-`/episodes`, `/start`, `/executions/<id>`), so a page's URL can be shared and reloaded; the script reads the path
+`/episodes`, `/charts`, `/start`, `/executions/<id>`), so a page's URL can be shared and reloaded; the script reads the path
 and its query to know what to show. The files live under `/console/`.
 
 Each file is read once at import and answered with its content type, `ETag` and
@@ -32,7 +33,7 @@ from majordomus.errors import MajordomusError, invalid_input
 
 STATIC = Path(__file__).parent / "static"
 ASSETS_PREFIX = "/console/"
-SHELL_PATHS = frozenset({"/", "/queue", "/schedules", "/episodes", "/start"})
+SHELL_PATHS = frozenset({"/", "/queue", "/schedules", "/episodes", "/charts", "/start"})
 """The pages with an address of their own, besides `/executions/<id>`."""
 EXECUTION_PAGE_PREFIX = "/executions/"
 TYPES = {
@@ -140,6 +141,10 @@ def console_handlers() -> list[BaseRouteHandler]:
     async def console_episodes(scope: Scope, receive: Receive, send: Send) -> None:
         await answer(SHELL, scope, send)
 
+    @asgi("/charts", copy_scope=True, include_in_schema=False)
+    async def console_charts(scope: Scope, receive: Receive, send: Send) -> None:
+        await answer(SHELL, scope, send)
+
     # Litestar gives no path parameters to an ASGI handler: these two are mounts, and each
     # reads the rest of the path itself.
     @asgi("/executions", is_mount=True, copy_scope=True, include_in_schema=False)
@@ -157,6 +162,7 @@ def console_handlers() -> list[BaseRouteHandler]:
         console_start,
         console_schedules,
         console_episodes,
+        console_charts,
         console_execution,
         console_asset,
     ]

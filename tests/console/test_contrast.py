@@ -97,6 +97,7 @@ PAGES = {
     "queue": "/queue",
     "schedules": "/schedules",
     "episodes": "/episodes",
+    "charts": "/charts",
 }
 
 

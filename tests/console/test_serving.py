@@ -54,7 +54,8 @@ def test_head_answers_the_headers_and_other_methods_are_refused(http: httpx.Clie
 
 def test_nothing_is_loaded_from_another_origin(http: httpx.Client) -> None:
     for asset in ASSETS.values():
-        text = asset.body.decode()
+        # The SVG namespace (charts.js draws its charts with it) names XML, loads nothing.
+        text = asset.body.decode().replace("http://www.w3.org/2000/svg", "")
         assert "http://" not in text.replace("http://127.0.0.1", "") and "https://" not in text
 
 

@@ -1,5 +1,5 @@
 // The console's pages: executions (/), one execution (/executions/<id>), queue and workers
-// (/queue), schedules (/schedules), episodes (/episodes), start (/start). Each page is a function that renders into <main> and answers
+// (/queue), schedules (/schedules), episodes (/episodes), charts (/charts, drawn by charts.js), start (/start). Each page is a function that renders into <main> and answers
 // how to stop it (its live channel, its timers). Handler text is only ever set as
 // textContent, never parsed as HTML. Live updates are queued and applied once per
 // animation frame, so a burst of events costs one layout, not one per event. A page whose
@@ -283,6 +283,7 @@ function route() {
   else if (path === "/start") page = "start";
   else if (path === "/schedules") page = "schedules";
   else if (path === "/episodes") page = "episodes";
+  else if (path === "/charts") page = "charts";
   for (const a of document.querySelectorAll("[data-nav]")) {
     if (a.dataset.nav === page) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
   }
@@ -291,7 +292,7 @@ function route() {
   forgetConnection();
   main.dataset.page = page;
   const run = {executions: executionsPage, execution: executionPage, queue: queuePage, start: startPage,
-    schedules: schedulesPage, episodes: episodesPage}[page];
+    schedules: schedulesPage, episodes: episodesPage, charts: chartsPage}[page];
   stopPage = run(params, decodeURIComponent(path.slice("/executions/".length))) || (() => {});
 }
 
@@ -981,6 +982,18 @@ function episodesPage(params) {
   });
   poll.again().catch((e) => summary.replaceChildren(problem(e)));
   return poll.stop;
+}
+
+// -- charts -------------------------------------------------------------------------------
+// charts.js draws them; it is loaded when the page is first opened, so no other page pays
+// for it.
+
+function chartsPage(params) {
+  let stop = () => {}, stopped = false;
+  import("./charts.js")
+    .then((charts) => { if (!stopped) stop = charts.chartsPage(main, params, {el, link, problem, polled, call}); })
+    .catch((e) => main.append(problem(e)));
+  return () => { stopped = true; stop(); };
 }
 
 // -- start ------------------------------------------------------------------------------
