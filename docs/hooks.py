@@ -13,10 +13,15 @@ tests/api/test_metrics.py).
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Any
+
+# The site describes majordomus itself: the built-ins, whatever modules the shell that builds
+# it would load (the CLI's tree reads the variable).
+os.environ.pop("MAJORDOMUS_CAPABILITIES", None)
 
 GENERATED_MARK = re.compile(r"^<!-- generated: ([a-z_]+) -->$", re.M)
 HELP_COLUMNS = 100
