@@ -66,6 +66,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     """How long finished executions and closed episodes are kept."""
     retain_executions: int = 10_000
     """How many finished executions are kept at most (oldest go first)."""
+    rollup_keep_seconds: Annotated[int, msgspec.Meta(ge=0)] = 25 * 3600
+    """How long each minute of the roll-up that `executions.stats` and the console's charts read is kept after it ends (`majordomus.store.rollup`): a day and an hour, the day the charts show; shorter, the last day shows only what is kept. `0`: no roll-up, its counts left out of every start and end (the charts stay empty)."""
     max_live: int = 1024
     """Open live (SSE) channels per API process."""
     heartbeat_seconds: float = 15.0

@@ -44,8 +44,8 @@ class StatsInput(msgspec.Struct, forbid_unknown_fields=True):
         "Throughput, failures and the 50th and 95th percentiles of the wait (due to started) "
         "and of the duration (started to ended), over the last hour a point a minute or the "
         "last day a point a quarter hour: every capability together, and the 20 busiest "
-        "each (or the one named). Read from a per-minute roll-up kept 25 hours; a percentile "
-        "is exact to within about 9 %."
+        "each (or the one named). Read from a per-minute roll-up kept 25 hours by default "
+        "(MAJORDOMUS_ROLLUP_KEEP_SECONDS); a percentile is exact to within about 9 %."
     ),
     mcp="majordomus_execution_stats",
     http=("GET", "/api/v1/executions/stats"),

@@ -14,7 +14,7 @@ from redis.commands.core import AsyncScript
 
 from majordomus.config import Settings
 from majordomus.store.connect import RedisClient
-from majordomus.store.keys import ROLLUP_KEEP_SECONDS, ROLLUP_STEPS, Keys, Partition
+from majordomus.store.keys import ROLLUP_STEPS, Keys, Partition
 from majordomus.store.scripts import load_script, with_constants
 from majordomus.store.sealing import Sealer
 
@@ -45,8 +45,8 @@ class StoreBase:
         """`lua/<name>` for one partition, with what every call of it there shares as
         constants (`scripts`): the partition's keys (FEED, ALL, QUEUED, RUNNING, FINISHED,
         QUEUE, COUNTER, DELAYED, WAKEUP, and BASE, its key base), FEED_MAX, WAKE (the wake
-        channel), the roll-up's ROLLUP_STEPS and ROLLUP_KEEP_MS (`lua/rollup.lua`), and
-        `extra`."""
+        channel), the roll-up's ROLLUP_STEPS and ROLLUP_KEEP_MS (`lua/rollup.lua`; 0: no
+        roll-up), and `extra`."""
         return self.script(name, {
             "FEED": part.feed,
             "ALL": part.all,
@@ -61,7 +61,7 @@ class StoreBase:
             "FEED_MAX": str(self.settings.feed_max_events),
             "WAKE": self.keys.wake_channel,
             "ROLLUP_STEPS": ROLLUP_STEPS,
-            "ROLLUP_KEEP_MS": ROLLUP_KEEP_SECONDS * 1000,
+            "ROLLUP_KEEP_MS": self.settings.rollup_keep_seconds * 1000,
             **extra,
         })  # fmt: skip
 

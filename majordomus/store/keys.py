@@ -43,10 +43,6 @@ ROLLUP_STEPS = 4
 """Buckets per doubling in the roll-up's histograms of wait and duration (`Partition.rollup`):
 a bucket spans a factor of 2^(1/4), so a percentile read from it is within 19 % (about 9 %
 from the bucket's middle)."""
-ROLLUP_KEEP_SECONDS = 25 * 3600
-"""How long a minute's roll-up is kept after it ends: the day the charts show, and an hour
-for a reader late in its minute. Bounds the roll-up's memory: at most 1,500 hashes a
-partition, each as many fields as its minute saw capabilities and buckets."""
 
 
 def slot_of(key: str) -> int:
@@ -165,7 +161,9 @@ class Partition:
         count, read by `store/rollup.py`: fields `<kind>:<bucket>:<capability>`, kind `w` a
         start by its wait, `s`, `f` or `c` an end (succeeded, failed, cancelled) by its
         duration, bucket `ROLLUP_STEPS` per doubling of milliseconds (`-`: an end that never
-        started). Expires `ROLLUP_KEEP_SECONDS` after its minute."""
+        started). Expires `rollup_keep_seconds` (a setting, 25 h by default) after its
+        minute ends, which bounds the roll-up's memory: at most 1,500 hashes a partition by
+        default, each as many fields as its minute saw capabilities and buckets."""
         return f"{self.base}rollup:{minute}"
 
 

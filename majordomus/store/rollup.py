@@ -6,7 +6,9 @@ The roll-up is written by the scripts that move an execution, in the step that m
 and its duration (started to ended). So a count costs no round trip of its own, and is
 there exactly when its move is: a script runs whole or not at all, and a call sent again
 after a lost answer is answered from its token without counting again. The key layout
-(one hash a partition a minute, its fields, its expiry) is `keys.Partition.rollup`'s.
+(one hash a partition a minute, its fields, its expiry) is `keys.Partition.rollup`'s; each
+minute is kept `rollup_keep_seconds` after it (25 h: the day the charts show), and with
+that setting 0 nothing is counted at all.
 
 A duration or a wait is kept as a bucket of a histogram: `ROLLUP_STEPS` buckets per
 doubling of milliseconds, so a minute's hash holds at most a few dozen fields per

@@ -18,7 +18,8 @@ import httpx
 import pytest
 import redis as redis_sync
 
-from majordomus.store.keys import ROLLUP_KEEP_SECONDS, ROLLUP_STEPS, Keys
+from majordomus.config import Settings
+from majordomus.store.keys import ROLLUP_STEPS, Keys
 from majordomus.store.scripts import LUA_DIR, with_constants
 from tests.api.conftest import ApiProcess, start, wait_final
 from tests.console.conftest import api_and_worker, screenshot
@@ -129,7 +130,8 @@ def seed_an_hour(redis_url: str, prefix: str) -> None:
     rng = random.Random(36)
     base = Keys(prefix).partitions[0].base
     text = (LUA_DIR / "rollup.lua").read_text() + SEED
-    script = with_constants(text, {"BASE": base, "ROLLUP_STEPS": ROLLUP_STEPS, "ROLLUP_KEEP_MS": ROLLUP_KEEP_SECONDS * 1000})
+    keep_ms = Settings().rollup_keep_seconds * 1000
+    script = with_constants(text, {"BASE": base, "ROLLUP_STEPS": ROLLUP_STEPS, "ROLLUP_KEEP_MS": keep_ms})
     client = redis_sync.Redis.from_url(redis_url)
     now_minute = int(time.time()) // 60
     for back in range(60, 1, -1):

@@ -16,7 +16,7 @@ from majordomus.engine import Engine
 from majordomus.registry import REGISTRY
 from majordomus.start_options import StartOptions
 from majordomus.stats import POINTS, execution_stats
-from majordomus.store.keys import ROLLUP_KEEP_SECONDS, Keys, slot_of
+from majordomus.store.keys import Keys, slot_of
 from majordomus.store.rollup import Tally, bucket_bounds, bucket_of, percentile
 from majordomus.store.scripts import LUA_DIR, with_constants
 from tests.conftest import make_settings, running_worker, until
@@ -118,6 +118,7 @@ async def test_a_take_or_an_end_sent_again_counts_nothing_twice(engine: Engine) 
 
 
 async def test_a_minute_is_kept_a_day_and_an_hour_after_it_ends(engine: Engine) -> None:
+    assert engine.settings.rollup_keep_seconds == 25 * 3600
     x = (await engine.start("tests.noop", {})).id
     await take(engine)
     await engine.store.append(x, [("execution.completed", b'{"output":{}}')])
@@ -127,7 +128,17 @@ async def test_a_minute_is_kept_a_day_and_an_hour_after_it_ends(engine: Engine) 
     for key in stored:
         minute = int(key.decode().rsplit(":", 1)[1])
         expires_ms = await engine.redis.pexpiretime(key)
-        assert expires_ms == (minute + 1) * 60_000 + ROLLUP_KEEP_SECONDS * 1000
+        assert expires_ms == (minute + 1) * 60_000 + engine.settings.rollup_keep_seconds * 1000
+
+
+async def test_with_no_rollup_kept_nothing_is_counted(redis: Any, redis_url: str) -> None:
+    engine = Engine(redis, REGISTRY, make_settings(redis_url, rollup_keep_seconds=0))
+    x = (await engine.start("tests.noop", {})).id
+    assert await take(engine) == [x]
+    await engine.store.append(x, [("execution.completed", b'{"output":{}}')])
+    assert (await engine.get(x)).state == "succeeded"
+    assert [k async for k in redis.scan_iter(match="*rollup*")] == []
+    assert (await execution_stats(engine, "hour", None)).overall.total.succeeded == 0
 
 
 def test_a_partitions_rollup_is_in_its_slot() -> None:

@@ -161,7 +161,7 @@ for i = 1, n do
         owner = worker
         redis.call('SADD', BASE .. 'worker:' .. worker .. ':running', id)
       end
-      local due_at = redis.call('ZSCORE', QUEUED, id)
+      local due_at = ROLLUP_ON and redis.call('ZSCORE', QUEUED, id)
       if due_at then
         local waited = math.max(0, tonumber(ARGV[3]) - tonumber(due_at))
         rollup_add(tonumber(ARGV[3]), rollup_field('w', waited, capability), 1)
@@ -190,9 +190,11 @@ for i = 1, n do
         changed[#changed + 1] = 'duration_ms'
         changed[#changed + 1] = string.format('%d', took)
       end
-      local kind = 'c'
-      if target == 'succeeded' then kind = 's' elseif target == 'failed' then kind = 'f' end
-      rollup_add(tonumber(ARGV[3]), rollup_field(kind, took and math.max(0, took), capability), 1)
+      if ROLLUP_ON then
+        local kind = 'c'
+        if target == 'succeeded' then kind = 's' elseif target == 'failed' then kind = 'f' end
+        rollup_add(tonumber(ARGV[3]), rollup_field(kind, took and math.max(0, took), capability), 1)
+      end
       if from == 'queued' then  -- never taken: it is still in the queue
         redis.call('ZREM', QUEUED, id)
         redis.call('ZREM', QUEUE, id)

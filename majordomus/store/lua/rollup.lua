@@ -6,7 +6,9 @@
 -- count that makes a field (HINCRBY answering the count itself), so the key that exists
 -- always has one.
 -- Constants: BASE (the partition's key base), ROLLUP_STEPS (buckets per doubling),
---       ROLLUP_KEEP_MS (how long a minute is kept after it ends).
+--       ROLLUP_KEEP_MS (how long a minute is kept after it ends; 0: no roll-up, and the
+--       scripts count nothing, `ROLLUP_ON`).
+local ROLLUP_ON = ROLLUP_KEEP_MS > 0
 local ROLLUP_PER_LN = ROLLUP_STEPS / math.log(2)
 -- `<kind>:<bucket>:<capability>`: bucket `0` under 1 ms, `-` with no measure (an end never
 -- started), else 1 + floor(ln(ms) * ROLLUP_STEPS / ln 2 + 1e-6) (`store/rollup.py`'s

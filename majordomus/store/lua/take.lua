@@ -211,16 +211,18 @@ end
 if looked > 0 then redis.call('ZREM', QUEUE, unpack(cid, 1, looked)) end
 if #ids > 0 then
   -- The roll-up: each start by its wait, one count per distinct field of the batch.
-  local due_at = redis.call('ZMSCORE', QUEUED, unpack(ids))
-  local tally, fields = {}, {}
-  for j = 1, #ids do
-    if due_at[j] then
-      local f = rollup_field('w', math.max(0, now - tonumber(due_at[j])), out[5 * j - 2])
-      if not tally[f] then fields[#fields + 1] = f; tally[f] = 0 end
-      tally[f] = tally[f] + 1
+  if ROLLUP_ON then
+    local due_at = redis.call('ZMSCORE', QUEUED, unpack(ids))
+    local tally, fields = {}, {}
+    for j = 1, #ids do
+      if due_at[j] then
+        local f = rollup_field('w', math.max(0, now - tonumber(due_at[j])), out[5 * j - 2])
+        if not tally[f] then fields[#fields + 1] = f; tally[f] = 0 end
+        tally[f] = tally[f] + 1
+      end
     end
+    for _, f in ipairs(fields) do rollup_add(now, f, tally[f]) end
   end
-  for _, f in ipairs(fields) do rollup_add(now, f, tally[f]) end
   redis.call('ZREM', QUEUED, unpack(ids))
   local scored = {}
   for j = 1, #ids do scored[2 * j - 1] = now_s; scored[2 * j] = ids[j] end
