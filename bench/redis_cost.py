@@ -43,7 +43,7 @@ async def run(bench: Bench) -> list[Row]:
     with EmbeddedRedis() as server:
         own = Bench(server.url, bench.quick, bench.workdir, bench.prefix)
         for _ in range(bench.size(ROUNDS, 1)):
-            create_us, drain_us = await _cpu(own, n)
+            create_us, drain_us = await cpu_per_execution(own, n)
             rounds.append((create_us, drain_us, await _baseline_cpu(own, n)))
         trips = await _round_trips(own, traced)
     create_us, drain_us, _ = sorted(rounds, key=lambda r: r[0] + r[1])[len(rounds) // 2]
@@ -92,17 +92,19 @@ async def _server_cpu(redis: Any) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-async def _cpu(bench: Bench, n: int) -> tuple[float, float]:
-    """(Redis CPU us per execution to start it, to take, run and end it)."""
+async def cpu_per_execution(bench: Bench, n: int, **settings: str) -> tuple[float, float]:
+    """(Redis CPU us per execution to start it, to take, run and end it), the engine and the
+    worker on `settings` (names of `Settings`, values as the environment gives them)."""
     await bench.flush()
     redis = aioredis.from_url(bench.redis_url)
+    env = {f"MAJORDOMUS_{name.upper()}": value for name, value in settings.items()}
     try:
-        async with bench.engine() as engine:
+        async with bench.engine(**settings) as engine:
             before = await _server_cpu(redis)
             await fan_out(n, lambda: engine.start("bench.noop", {}), ENQUEUERS)
             created = await _server_cpu(redis) - before
             with children() as kids:
-                kids.append(majordomus_worker(bench, MAX_JOBS))
+                kids.append(majordomus_worker(bench, MAX_JOBS, **env))
                 await wait_for_workers(bench, 1)
                 before = await _server_cpu(redis)
                 while await engine.store.finished_count() < n:

@@ -104,25 +104,20 @@ def _point(at_ms: int, tally: Tally) -> StatsPoint:
     )
 
 
-def _series(
-    capability: str | None, minutes: dict[int, Minute], first: int, step: int, points: int
-) -> StatsSeries:
-    """The series of one capability (None: all of them) over `points` steps from `first`."""
-    steps = [Tally() for _ in range(points)]
-    for minute, tallies in minutes.items():
-        index = (minute - first) // step
-        if not 0 <= index < points:
-            continue
-        for name, tally in tallies.items():
+def _series(capability: str | None, steps: list[Minute], first: int, step: int) -> StatsSeries:
+    """The series of one capability (None: all of them) over the steps from `first`."""
+    mine = [Tally() for _ in steps]
+    for tally, tallies in zip(mine, steps, strict=True):
+        for name, counted in tallies.items():
             if capability is None or name == capability:
-                steps[index].add(tally)
+                tally.add(counted)
     total = Tally()
-    for tally in steps:
+    for tally in mine:
         total.add(tally)
     return StatsSeries(
         capability=capability,
         total=_point(first * 60_000, total),
-        points=[_point((first + i * step) * 60_000, t) for i, t in enumerate(steps)],
+        points=[_point((first + i * step) * 60_000, t) for i, t in enumerate(mine)],
     )
 
 
@@ -132,9 +127,9 @@ async def execution_stats(engine: Engine, span: Span, capability: str | None) ->
     step, points = STEP_MINUTES[span], POINTS[span]
     last_step = now_ms // 60_000 // step
     first = (last_step - points + 1) * step
-    minutes = await engine.store.rollup_minutes(first, (last_step + 1) * step - 1)
+    steps = await engine.store.rollup_steps(first, step, points)
     busy: Counter[str] = Counter()
-    for tallies in minutes.values():
+    for tallies in steps:
         for name, tally in tallies.items():
             if capability is None or name == capability:
                 busy[name] += tally.started + sum(tally.ends.values())
@@ -147,7 +142,7 @@ async def execution_stats(engine: Engine, span: Span, capability: str | None) ->
         step_seconds=step * 60,
         since=stamp_of(first * 60_000),
         until=until,
-        overall=_series(capability, minutes, first, step, points),
-        capabilities=[_series(name, minutes, first, step, points) for name in shown],
+        overall=_series(capability, steps, first, step),
+        capabilities=[_series(name, steps, first, step) for name in shown],
         more_capabilities=len(names) - len(shown),
     )
