@@ -71,7 +71,9 @@ def test_the_page_draws_every_capability_and_each_as_the_api_answers(
         "#ch-overall [data-chart=times] path[data-series]", "ps => ps.map(p => p.dataset.series)"
     )
     assert series == ["wait_p50_ms", "wait_p95_ms", "duration_p50_ms", "duration_p95_ms"]
-    shown = page.eval_on_selector_all("#ch-capabilities [data-capability]", "s => s.map(e => e.dataset.capability)")
+    shown = page.eval_on_selector_all(
+        "#ch-capabilities [data-capability]", "s => s.map(e => e.dataset.capability)"
+    )
     assert shown == [s["capability"] for s in answer["capabilities"]]
     assert {"tests.noop", "tests.boom"} <= set(shown)
     boom = next(s for s in answer["capabilities"] if s["capability"] == "tests.boom")
@@ -88,13 +90,18 @@ def test_a_capability_and_the_last_day_are_a_click_away(
     page.wait_for_selector('main[data-loaded="true"] #ch-overall svg')
     assert page.inner_text("h1") == "Charts: tests.boom"
     assert page.locator("#ch-capabilities [data-capability]").count() == 0
-    assert drawn(page, "#ch-overall")["failed"] == stats(http, capability="tests.boom")["overall"]["total"]["failed"]
+    assert (
+        drawn(page, "#ch-overall")["failed"]
+        == stats(http, capability="tests.boom")["overall"]["total"]["failed"]
+    )
     page.click("text=Last day")
     page.wait_for_url("**/charts?span=day&capability=tests.boom")
     page.wait_for_selector('main[data-loaded="true"] #ch-overall svg')
     day = stats(http, span="day", capability="tests.boom")["overall"]
     assert len(day["points"]) == 96
-    assert drawn(page, "#ch-overall")["ended"] == sum(p["failed"] + p["succeeded"] + p["cancelled"] for p in day["points"])
+    assert drawn(page, "#ch-overall")["ended"] == sum(
+        p["failed"] + p["succeeded"] + p["cancelled"] for p in day["points"]
+    )
     page.go_back()
     page.wait_for_url("**/charts?span=hour&capability=tests.boom")
 
@@ -131,15 +138,22 @@ def seed_an_hour(redis_url: str, prefix: str) -> None:
     base = Keys(prefix).partitions[0].base
     text = (LUA_DIR / "rollup.lua").read_text() + SEED
     keep_ms = Settings().rollup_keep_seconds * 1000
-    script = with_constants(text, {"BASE": base, "ROLLUP_STEPS": ROLLUP_STEPS, "ROLLUP_KEEP_MS": keep_ms})
+    script = with_constants(
+        text, {"BASE": base, "ROLLUP_STEPS": ROLLUP_STEPS, "ROLLUP_KEEP_MS": keep_ms}
+    )
     client = redis_sync.Redis.from_url(redis_url)
     now_minute = int(time.time()) // 60
     for back in range(60, 1, -1):
         at = (now_minute - back) * 60_000 + 30_000
         burst = 18 <= back <= 22
         args: list[Any] = []
-        for cap, per_minute, took, fails in (("tests.noop", 40, 4, 0.0), ("tests.boom", 12, 900, 0.08)):
-            n = int(per_minute * (3 if burst and cap == "tests.noop" else 1) * rng.uniform(0.7, 1.3))
+        for cap, per_minute, took, fails in (
+            ("tests.noop", 40, 4, 0.0),
+            ("tests.boom", 12, 900, 0.08),
+        ):
+            n = int(
+                per_minute * (3 if burst and cap == "tests.noop" else 1) * rng.uniform(0.7, 1.3)
+            )
             for _ in range(n):
                 wait = rng.lognormvariate(math.log(2500 if burst else 3), 0.6)
                 duration = rng.lognormvariate(math.log(took), 0.5)

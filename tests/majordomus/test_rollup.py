@@ -43,12 +43,33 @@ async def rollup(engine: Engine) -> dict[str, Tally]:
 
 
 async def test_the_scripts_and_the_reader_put_a_measure_in_one_bucket(redis: Any) -> None:
-    measures = [0, 0.5, 1, 2, 3, 4, 7, 8, 16, 100, 999, 1000, 1024, 4096, 59_999, 3_600_000, 86_400_000]
-    text = (LUA_DIR / "rollup.lua").read_text() + """
+    measures = [
+        0,
+        0.5,
+        1,
+        2,
+        3,
+        4,
+        7,
+        8,
+        16,
+        100,
+        999,
+        1000,
+        1024,
+        4096,
+        59_999,
+        3_600_000,
+        86_400_000,
+    ]
+    text = (
+        (LUA_DIR / "rollup.lua").read_text()
+        + """
 local out = {}
 for i = 1, #ARGV do out[i] = rollup_field('w', tonumber(ARGV[i]), 'a.cap') end
 return out
 """
+    )
     script = with_constants(text, {"BASE": "t:", "ROLLUP_STEPS": 4, "ROLLUP_KEEP_MS": 1})
     fields = await redis.eval(script, 0, *[str(m) for m in measures])
     assert [f.decode() for f in fields] == [f"w:{bucket_of(m)}:a.cap" for m in measures]
@@ -70,17 +91,24 @@ def test_a_percentile_is_read_within_the_bucket_it_falls_in() -> None:
 async def test_a_start_counts_its_wait_and_an_end_its_state_and_duration(engine: Engine) -> None:
     keys = engine.store.keys
     part = keys.partitions[0]
-    done, failed = (await engine.start("tests.noop", {})).id, (await engine.start("tests.boom", {})).id
+    done, failed = (
+        (await engine.start("tests.noop", {})).id,
+        (await engine.start("tests.boom", {})).id,
+    )
     # Both waited 2 s, as if created 2 s before now.
     for x in (done, failed):
-        await engine.redis.zadd(part.queued, {x: int(await engine.redis.zscore(part.queued, x)) - 2000}, xx=True)
+        await engine.redis.zadd(
+            part.queued, {x: int(await engine.redis.zscore(part.queued, x)) - 2000}, xx=True
+        )
     due = {x: int(await engine.redis.zscore(part.queued, x)) for x in (done, failed)}
     assert sorted(await take(engine)) == sorted([done, failed])
     # The first ran 3 s.
     started = int(await engine.redis.hget(keys.snapshot(done), "started_ms"))
     await engine.redis.hset(keys.snapshot(done), "started_ms", started - 3000)
     await engine.store.append(done, [("execution.completed", b'{"output":{}}')])
-    await engine.store.append(failed, [("execution.failed", b'{"error":{"code":"internal","message":"x"}}')])
+    await engine.store.append(
+        failed, [("execution.failed", b'{"error":{"code":"internal","message":"x"}}')]
+    )
 
     tallies = await rollup(engine)
     waits = {x: int(await engine.redis.hget(keys.snapshot(x), "started_ms")) for x in (failed,)}
@@ -114,7 +142,10 @@ async def test_a_take_or_an_end_sent_again_counts_nothing_twice(engine: Engine) 
     for _ in range(2):
         await engine.store.append(x, [("execution.completed", b'{"output":{}}')], token=end)
     tallies = await rollup(engine)
-    assert (tallies["tests.noop"].started, tallies["tests.noop"].ends) == (1, Counter({"succeeded": 1}))
+    assert (tallies["tests.noop"].started, tallies["tests.noop"].ends) == (
+        1,
+        Counter({"succeeded": 1}),
+    )
 
 
 async def test_a_minute_is_kept_a_day_and_an_hour_after_it_ends(engine: Engine) -> None:
@@ -144,7 +175,9 @@ async def test_with_no_rollup_kept_nothing_is_counted(redis: Any, redis_url: str
 def test_a_partitions_rollup_is_in_its_slot() -> None:
     keys = Keys("md", 4)
     for part in keys.partitions:
-        assert slot_of(part.rollup(29_000_000)) == slot_of(part.snapshot("x-1")) == slot_of(part.queue)
+        assert (
+            slot_of(part.rollup(29_000_000)) == slot_of(part.snapshot("x-1")) == slot_of(part.queue)
+        )
         assert part.rollup(29_000_000).startswith(part.base)
 
 
