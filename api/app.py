@@ -159,7 +159,10 @@ async def body_input(request: Request[Any, Any, Any]) -> Any:
     if not body.strip():
         return None
     try:
-        return msgspec.json.decode(body)
+        value = msgspec.json.decode(body)
+        if value is None:  # a body of `null` is not no body: an input is an object
+            raise invalid_input("the body is null", "send a JSON object, or no body at all")
+        return value
     except msgspec.DecodeError as exc:
         raise invalid_input(f"the body is not valid JSON ({exc})", "send a JSON object") from None
     except RecursionError:

@@ -164,6 +164,10 @@ def _add_execution_answers(operation: dict[str, Any], snapshot_ref: dict[str, An
     `Prefer` sets the wait."""
     responses = operation["responses"]
     responses["200"]["headers"] = {EXECUTION_HEADER: EXECUTION_ANSWER_HEADER}
+    responses["409"] = {
+        "description": "cancelled: the execution was cancelled before it answered",
+        "content": responses["400"]["content"],
+    }
     responses["202"] = {
         "description": (
             "still running when the wait ended: the execution as it stands; follow it at "

@@ -72,14 +72,22 @@ from majordomus.model import (
 from majordomus.registry import Capability, Registry
 from majordomus.retries import MAX_ATTEMPTS
 from majordomus.schemas import has_sensitive, redact, schema_of, validate_input
-from majordomus.search import indexed_values, parse_search
+from majordomus.search import indexed_values, not_indexed, parse_search
 from majordomus.start_options import NO_OPTIONS, StartOptions
 from majordomus.states import FINAL, is_final
 from majordomus.store.clock import stamp_of
 from majordomus.store.connect import RedisClient
 from majordomus.store.declarations import DeclarationStore
 from majordomus.store.episodes import EpisodeStore
-from majordomus.store.executions import Created, IdTaken, RawPage, StartPlan, Store, encode
+from majordomus.store.executions import (
+    Created,
+    IdTaken,
+    RawPage,
+    Searched,
+    StartPlan,
+    Store,
+    encode,
+)
 from majordomus.store.failures import UNREACHABLE, RedisTimeout
 from majordomus.store.feed import CURSOR_SEPARATOR, FeedBounds, FeedEntry
 
@@ -100,6 +108,8 @@ Snapshots = list[ExecutionSnapshot]
 MatchedPage = list[tuple[str, float, list[bytes | None]]]
 """Matching executions (`Engine.matching`): each its id, its place and some of its fields."""
 SortWindow = list[tuple[str, int, float]]
+Searchables = list[tuple[str, tuple[str, ...]]]
+"""Capabilities with searchable members: each its id and those members."""
 
 _steps_decoder = msgspec.json.Decoder(list[StepView])
 _diags_decoder = msgspec.json.Decoder(list[ExecutionDiagnostic])
@@ -635,13 +645,19 @@ class Engine:
     async def selection(self, match: Match) -> Selection:
         """A filter as the store's indexes read it (`majordomus.matching`): `invalid_input`
         for a search its capability does not declare, `not_found` for an unknown one."""
-        search = None
+        search: tuple[Searched, ...] | None = None
         if match.search is not None:
-            searchable: tuple[str, ...] = ()
+            member, text = parse_search(match.search)
             if match.capability:
-                searchable = (await self.known(match.capability)).searchable
-            member, text = parse_search(match.search, match.capability, searchable)
-            search = (match.capability or "", member, text)
+                cap = await self.known(match.capability)
+                if member not in cap.searchable:
+                    raise not_indexed(member, cap.id, cap.searchable)
+                search = ((cap.id, member, text),)
+            else:
+                found = [c for c in await self.searchable() if member in c[1]]
+                if not found:
+                    raise not_indexed(member, None, ())
+                search = tuple((cap_id, member, text) for cap_id, _ in found)
         return Selection(
             state=match.state,
             capability=match.capability,
@@ -650,6 +666,16 @@ class Engine:
             floor=place_of(match.created_after) if match.created_after else None,
             search=search,
         )
+
+    async def searchable(self) -> Searchables:
+        """Every capability that declares searchable members, with them: this process's and
+        those its workers published."""
+        found = {c.id: c.searchable for c in self.registry if c.searchable}
+        for cap_id, raw in (await self.declarations.read_all()).items():
+            cap = published(raw) if cap_id not in found else None
+            if cap is not None and cap.searchable:
+                found[cap_id] = cap.searchable
+        return sorted(found.items())
 
     async def matching(
         self, selection: Selection, extra: tuple[str, ...] = (), page: int = 500

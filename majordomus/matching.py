@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from majordomus.search import SEARCH_PATTERN
 from majordomus.states import ExecutionState
 
 PLACES_PER_MS = 1024
@@ -35,7 +36,15 @@ STATE_ORDER = {
 }
 """`sort=state`: the lifecycle's order, active ones first."""
 
-Moment = Annotated[datetime, msgspec.Meta(tz=True)]
+RFC3339 = (
+    r"^[1-9][0-9]{3}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+    r"(\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"
+)
+"""A time with its offset, as a filter takes it: in the schema as well as the `date-time`
+format (which a validator need not check), so `?created_before=null` is refused by the
+schema, not read as no bound."""
+
+Moment = Annotated[datetime, msgspec.Meta(tz=True, extra_json_schema={"pattern": RFC3339})]
 
 
 class Match(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -48,10 +57,11 @@ class Match(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Only executions created at or after this time (RFC 3339 with an offset)."""
     created_before: Moment | None = None
     """Only executions created before this time (RFC 3339 with an offset)."""
-    search: Annotated[str, msgspec.Meta(min_length=2, max_length=300)] | None = None
+    search: Annotated[str, msgspec.Meta(max_length=300, pattern=SEARCH_PATTERN)] | None = None
     """`member=value`: only executions whose input member has this value, for a member its
-    capability declares searchable (its `searchable`, in `capabilities.list`); needs
-    `capability`. Read from an index kept within the retention, never a scan."""
+    capability declares searchable (`searchable` in `capabilities.list`; with no
+    `capability`, of every capability that declares it). Read from an index kept within the
+    retention, never a scan; a member no capability indexes is `not_found`."""
 
     def matching(self) -> Match:
         """The filter alone (a subclass's paging and sorting members left out)."""
@@ -81,8 +91,8 @@ class Selection:
     """Only places below this (exclusive)."""
     floor: float | None = None
     """Only places at or above this."""
-    search: tuple[str, str, str] | None = None
-    """The search index (capability, member, value text) read instead of every execution."""
+    search: tuple[tuple[str, str, str], ...] | None = None
+    """The search indexes (capability, member, value text) read instead of every execution."""
 
     def holds(self, state: bytes | None, capability: bytes | None, episode: bytes | None) -> bool:
         """Whether a snapshot's fields pass the predicates (a missing snapshot never does)."""

@@ -6,7 +6,8 @@ A capability names the members of its input that an execution may be found by
 type (a string, an integer, a boolean, or an enumeration of them) not marked sensitive: a
 secret is never written into a key name. At creation the execution is added to one index
 per searchable member, by its value (`create.lua`); `executions.list` with
-`search="customer=acme"` reads that index, never a scan. This module holds no index and
+`search="customer=acme"` reads that index (with no capability named, the indexes of every
+capability that declares the member), never a scan. This module holds no index and
 names no Redis command: the keys are `majordomus.store.keys`', the writes the store's.
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from majordomus.errors import MajordomusError, invalid_input
+from majordomus.errors import MajordomusError, invalid_input, not_found
 from majordomus.schemas import SENSITIVE, schema_of
 
 SCALAR_TYPES = frozenset({"string", "integer", "boolean"})
@@ -123,27 +124,36 @@ def indexed_values(searchable: tuple[str, ...], plain: Any) -> list[tuple[str, s
     return found
 
 
-def parse_search(search: str, cap_id: str | None, searchable: tuple[str, ...]) -> tuple[str, str]:
-    """A list's `search` (`member=value`) as (member, value text), or `invalid_input`: it
-    needs a capability, and that capability's declared searchable member."""
+SEARCH_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*=[\s\S]*$"
+"""A search's shape: an input member's name, `=`, and its value (any text, even empty)."""
+
+
+def parse_search(search: str) -> tuple[str, str]:
+    """A list's `search` (`member=value`) as (member, value text); `invalid_input` when it
+    is not of that shape (the schema says so too: `SEARCH_PATTERN`)."""
     member, eq, value = search.partition("=")
-    if not eq or not member:
+    if not eq or not member.isidentifier():
         raise invalid_input(
             f"search {search!r} is not member=value",
             "name an input member and its value, such as customer=acme",
-        )
-    if cap_id is None:
-        raise invalid_input(
-            "a search needs a capability: its members are declared searchable per capability",
-            "give capability too",
-        )
-    if member not in searchable:
-        declared = ", ".join(searchable) if searchable else "none"
-        raise invalid_input(
-            f"{member!r} is not a searchable member of {cap_id} (searchable: {declared})",
-            "search by a member its capability declares searchable=(...)",
         )
     text = value_text(value)
     if text is None:  # never: a str is always indexable
         raise MajordomusError("internal", "unreachable")
     return member, text
+
+
+def not_indexed(member: str, cap_id: str | None, searchable: tuple[str, ...]) -> MajordomusError:
+    """A search by a member no index is kept of: `not_found`, saying which are."""
+    if cap_id is None:
+        return not_found(
+            f"no capability declares {member!r} searchable, so no index of it is kept",
+            "search by a member a capability declares searchable=(...) (capabilities.list "
+            "shows each one's searchable members)",
+        )
+    declared = ", ".join(searchable) if searchable else "none"
+    return not_found(
+        f"{member!r} is not a searchable member of {cap_id}, so no index of it is kept "
+        f"(searchable: {declared})",
+        "search by a member its capability declares searchable=(...)",
+    )

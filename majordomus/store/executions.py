@@ -401,20 +401,20 @@ class ExecutionStore(StoreBase):
         older_than: float | None = None,
         *,
         floor: float | None = None,
-        search: Searched | None = None,
+        search: Sequence[Searched] | None = None,
     ) -> list[tuple[str, float]]:
         """Up to `count` execution ids, newest first, each with its place in the order of
         creation; only those created before the place `older_than`, when given, and at or
         after the place `floor`. A place, not an offset: ids forgotten or added meanwhile
         shift no page. Each partition's newest, merged (places are comparable across
-        partitions: `create.lua`). With `search` (capability, member, value text), those of
-        that search index only (`Partition.search`), never a scan of the others."""
+        partitions: `create.lua`). With `search` (each a capability, member and value text),
+        those of these search indexes only (`Partition.search`), never a scan of the others."""
         top = "+inf" if older_than is None else f"({older_than!r}"
         bottom = "-inf" if floor is None else repr(floor)
         async with self.redis.pipeline(transaction=False) as pipe:
             for part in self.keys.partitions:
-                key = part.all if search is None else part.search(*search)
-                pipe.zrevrangebyscore(key, top, bottom, start=0, num=count, withscores=True)
+                for key in [part.all] if search is None else [part.search(*s) for s in search]:
+                    pipe.zrevrangebyscore(key, top, bottom, start=0, num=count, withscores=True)
             pages = await pipe.execute()
         merged = [(member.decode(), float(score)) for page in pages for member, score in page]
         merged.sort(key=lambda pair: pair[1], reverse=True)
@@ -502,15 +502,16 @@ class ExecutionStore(StoreBase):
         return pruned
 
     async def forget_missing(
-        self, execution_ids: Sequence[str], search: Searched | None = None
+        self, execution_ids: Sequence[str], search: Sequence[Searched] | None = None
     ) -> None:
-        """Drop ids whose snapshot is gone from the index they were read from."""
+        """Drop ids whose snapshot is gone from the indexes they were read from."""
         if not execution_ids:
             return
         async with self.redis.pipeline(transaction=False) as pipe:
             for execution_id in execution_ids:
                 part = self.keys.partition_of(execution_id)
-                pipe.zrem(part.all if search is None else part.search(*search), execution_id)
+                for key in [part.all] if search is None else [part.search(*s) for s in search]:
+                    pipe.zrem(key, execution_id)
             await pipe.execute()
 
     # -- inspection ---------------------------------------------------------------------

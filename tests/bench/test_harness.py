@@ -45,7 +45,7 @@ def test_a_row_reports_its_ratio_and_the_table_says_when_a_goal_is_missed() -> N
 
 PARTS = (
     ("schedules", "console", "events", "peers", "sealing", "audience", "rollup"),
-    ("over_time", "live", "cli", "pickup", "history", "client"),
+    ("over_time", "live", "cli", "pickup", "history", "client", "bulk"),
     ("throughput", "redis_cost", "mcp_tasks", "memory", "shards", "isolation"),
 )
 """The quick run in three parts of about equal length (the schedules' ticks and the console's

@@ -20,7 +20,7 @@ from majordomus.registry import REGISTRY, Registry, RegistryError, capability
 from majordomus.schemas import Secret
 from majordomus.start_options import StartOptions
 from majordomus.store.keys import slot_of
-from tests.conftest import make_settings, running_worker
+from tests.conftest import builtins_only, make_settings, running_worker
 from tests.majordomus.test_partitions import SlotSpy
 
 
@@ -93,17 +93,44 @@ async def test_a_search_finds_the_executions_of_a_members_value_from_its_index(
     ) == (await engine.count(Match(capability="tests.order", search="customer=acme")))
 
 
-async def test_a_search_needs_its_capability_and_a_member_it_declares_searchable(
-    engine: Engine,
+class _Invoice(msgspec.Struct):
+    customer: str
+    amount: int = 0
+
+
+async def test_a_search_without_a_capability_reads_every_capability_declaring_the_member(
+    redis: Any, settings: Any
 ) -> None:
+    registry = builtins_only()
+    registry.add(REGISTRY.require("tests.order"))
+
+    @capability(
+        "t.invoice", input=_Invoice, output=_Invoice, searchable=("customer",), registry=registry
+    )
+    async def invoice(ctx: Any, inp: _Invoice) -> _Invoice:
+        return inp
+
+    engine = Engine(redis, registry, settings)
+    order = await engine.start("tests.order", {"customer": "acme"}, options=LATER)
+    await asyncio.sleep(0.002)
+    bill = await engine.start("t.invoice", {"customer": "acme", "amount": 5}, options=LATER)
+    await engine.start("t.invoice", {"customer": "globex"}, options=LATER)
+    assert _ids(await engine.list(match=Match(search="customer=acme"))) == [bill.id, order.id]
+    assert _ids(await engine.list(match=Match(capability="t.invoice", search="customer=acme"))) == [
+        bill.id
+    ]
+    assert (await engine.count(Match(search="customer=acme"))).matching == 2
+
+
+async def test_a_search_by_a_member_no_capability_indexes_is_not_found(engine: Engine) -> None:
     await _orders(engine, "acme")
-    with pytest.raises(MajordomusError) as no_capability:
-        await engine.list(match=Match(search="customer=acme"))
-    assert no_capability.value.code == "invalid_input"
     with pytest.raises(MajordomusError) as undeclared:
         await engine.list(match=Match(capability="tests.order", search="note=x"))
-    assert undeclared.value.code == "invalid_input"
+    assert undeclared.value.code == "not_found"
     assert "customer, quantity, rush" in undeclared.value.message
+    with pytest.raises(MajordomusError) as nowhere:
+        await engine.list(match=Match(search="note=x"))
+    assert nowhere.value.code == "not_found"
     with pytest.raises(MajordomusError) as shapeless:
         await engine.list(match=Match(capability="tests.order", search="customer"))
     assert shapeless.value.code == "invalid_input"

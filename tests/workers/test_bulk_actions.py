@@ -10,6 +10,8 @@ import signal
 from datetime import datetime
 from typing import Any
 
+import pytest
+
 from majordomus.engine import Engine
 from majordomus.matching import Match
 from majordomus.start_options import StartOptions
@@ -127,6 +129,7 @@ async def _progressed(engine: Engine, execution_id: str) -> bool:
     return snap.progress is not None and getattr(snap.progress, "current", 0) > 0
 
 
+@pytest.mark.usefixtures("spawns")
 async def test_a_bulk_cancel_whose_worker_is_killed_is_finished_by_the_same_filter_again(
     engine: Engine, redis_url: str
 ) -> None:

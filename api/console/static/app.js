@@ -307,8 +307,34 @@ window.addEventListener("popstate", route);
 
 // -- executions -------------------------------------------------------------------------
 
+// The list's filter, sort and order, every one in the page's address (a link shares the
+// view): the names are executions.list's own, times in RFC 3339 (UTC), shown local.
+const FILTER_KEYS = ["state", "capability", "episode", "created_after", "created_before", "search"];
+const SORTS = {created: "Created", duration: "Duration", state: "State"};
+const ORDERS = {created: ["newest first", "oldest first"], duration: ["longest first", "shortest first"],
+  state: ["last in the lifecycle first", "queued first"]};
+// A time of the address as a datetime-local input shows it (local, to the second), and back.
+function localInput(iso) {
+  const d = new Date(iso);
+  if (!iso || Number.isNaN(d.getTime())) return "";
+  return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())}T${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`;
+}
+function isoOf(local) {
+  const d = new Date(local);
+  return local && !Number.isNaN(d.getTime()) ? d.toISOString() : "";
+}
+// A filter in words, for a confirmation: "capability tests.order, search customer=acme".
+function described(match) {
+  const words = Object.entries(match).map(([k, v]) => k === "created_after" ? `created from ${clock(v)}`
+    : k === "created_before" ? `created before ${clock(v)}` : `${k} ${v}`);
+  return words.length ? words.join(", ") : "no filter (every execution)";
+}
+
 function executionsPage(params) {
-  const filters = {state: params.get("state") || "", capability: params.get("capability") || "", episode: params.get("episode") || ""};
+  const filters = Object.fromEntries(FILTER_KEYS.map((k) => [k, params.get(k) || ""]));
+  const sort = SORTS[params.get("sort")] ? params.get("sort") : "created";
+  const order = params.get("order") === "asc" ? "asc" : "desc";
+  const match = Object.fromEntries(Object.entries(filters).filter(([, v]) => v));
   const pageNo = Math.max(1, parseInt(params.get("page") || "1", 10) || 1);
   // Past the newest LIST_BOUND: the list answers those created before an execution (the
   // last of the window before), so a deep page stays put however many are created since.
@@ -318,18 +344,61 @@ function executionsPage(params) {
   const capBox = el("select", {id: "f-capability", name: "capability"}, el("option", {value: "", text: "any"}));
   if (filters.capability) capBox.append(el("option", {value: filters.capability, text: filters.capability, selected: true}));
   const episodeBox = el("input", {id: "f-episode", name: "episode", value: filters.episode, placeholder: "external id"});
+  const fromBox = el("input", {id: "f-from", name: "created_after", type: "datetime-local", step: "1", value: localInput(filters.created_after)});
+  const toBox = el("input", {id: "f-to", name: "created_before", type: "datetime-local", step: "1", value: localInput(filters.created_before)});
+  const searchBox = el("input", {id: "f-search", name: "search", value: filters.search, placeholder: "member=value", spellcheck: "false",
+    title: "An input member's value, for a capability that declares the member searchable"});
+  const sortBox = el("select", {id: "f-sort", name: "sort"},
+    ...Object.entries(SORTS).map(([v, text]) => el("option", {value: v, text, selected: v === sort})));
+  const orderBox = el("select", {id: "f-order", name: "order"});
+  const orders = () => orderBox.replaceChildren(...["desc", "asc"].map((v, i) =>
+    el("option", {value: v, text: ORDERS[sortBox.value][i], selected: v === order})));
+  orders();
+  sortBox.addEventListener("change", orders);
   const filterForm = el("form", {class: "bar", role: "search", "aria-label": "Filter executions"},
     el("label", {for: "f-state", text: "State"}), stateBox,
     el("label", {for: "f-capability", text: "Capability"}), capBox,
     el("label", {for: "f-episode", text: "Episode"}), episodeBox,
+    el("label", {for: "f-search", text: "Search"}), searchBox,
+    el("label", {for: "f-from", text: "Created from"}), fromBox,
+    el("label", {for: "f-to", text: "to"}), toBox,
+    el("label", {for: "f-sort", text: "Sort"}), sortBox, orderBox,
     el("button", {type: "submit", text: "Filter"}));
   filterForm.addEventListener("submit", (e) => {
     e.preventDefault();
     const q = new URLSearchParams();
-    const chosen = {state: stateBox.value, capability: capBox.value, episode: episodeBox.value.trim()};
+    const chosen = {state: stateBox.value, capability: capBox.value, episode: episodeBox.value.trim(),
+      created_after: isoOf(fromBox.value), created_before: isoOf(toBox.value), search: searchBox.value.trim(),
+      sort: sortBox.value === "created" ? "" : sortBox.value, order: orderBox.value === "desc" ? "" : orderBox.value};
     for (const [k, v] of Object.entries(chosen)) if (v) q.set(k, v);
     navigate("/" + (q.toString() ? "?" + q : ""));
   });
+  // Every execution matching the filter, cancelled or started again: the count first, then
+  // a confirmation, then the action runs as an execution of its own (its page shows it).
+  const bulkSay = el("span", {id: "bulk-say", role: "status"});
+  const bulkButton = (kind, text) => {
+    const b = el("button", {type: "button", "data-bulk": kind, text});
+    b.addEventListener("click", () => bulk(kind, b));
+    return b;
+  };
+  const bulkBar = el("div", {class: "bar", id: "bulk"}, bulkButton("cancel", "Cancel all matching"),
+    bulkButton("retry", "Retry all matching"), bulkSay);
+  async function bulk(kind, button) {
+    button.disabled = true;
+    delete bulkSay.dataset.execution;
+    try {
+      const counted = await call("/api/v1/executions/count", {query: match});
+      const n = kind === "cancel" ? counted.cancellable : counted.retryable;
+      const which = kind === "cancel" ? "queued or running" : "failed or cancelled (not retried yet)";
+      const of = `${n} ${which} execution${n === 1 ? "" : "s"} of the ${counted.matching} matching ${described(match)}`;
+      if (!n) { bulkSay.textContent = `Nothing to ${kind}: ${of}.`; return; }
+      if (!confirm(`${kind === "cancel" ? "Cancel" : "Retry"} ${of}?`)) { bulkSay.textContent = "Nothing done."; return; }
+      const started = await call("/api/v1/executions/start", {body: {capability: `executions.${kind}_matching`, input: match}});
+      bulkSay.dataset.execution = started.id;
+      bulkSay.replaceChildren(el("span", {text: `${kind === "cancel" ? "Cancelling" : "Retrying"} ${n}: `}),
+        link("/executions/" + started.id, started.id, {class: "mono"}), el("span", {text: " shows its progress."}));
+    } catch (e) { bulkSay.replaceChildren(problem(e)); } finally { button.disabled = false; }
+  }
   const findBox = el("input", {id: "f-id", name: "id", placeholder: "x-20260101T000000Z-0a1b2c3d", spellcheck: "false"});
   const findSay = el("span", {role: "status"});
   const findForm = el("form", {class: "bar", role: "search", "aria-label": "Find an execution by id"},
@@ -341,19 +410,33 @@ function executionsPage(params) {
     navigate("/executions/" + id);
   });
   const summary = el("p", {id: "list-summary", "aria-live": "polite"});
-  const {wrap, body} = tableOf(["Execution", "Capability", "State", "Progress", "Created", "Duration", "By"], "Executions, newest first");
+  const sorted = `Executions, ${SORTS[sort].toLowerCase()}: ${ORDERS[sort][order === "asc" ? 1 : 0]}`;
+  const {wrap, body} = tableOf(["Execution", "Capability", "State", "Progress", "Created", "Duration", "By"], sorted);
   const pager = el("nav", {class: "pager", "aria-label": "Pages"});
-  main.append(el("h1", {text: "Executions"}), filterForm, findForm, summary, wrap, pager);
+  main.append(el("h1", {text: "Executions"}), filterForm, bulkBar, findForm, summary, wrap, pager);
 
+  // The search box names what the chosen capability declares searchable.
+  const searchable = new Map();
+  const searchHint = () => {
+    const members = searchable.get(capBox.value) || [];
+    searchBox.placeholder = members.length ? members.map((m) => m + "=…").join(" or ") : "member=value";
+  };
+  capBox.addEventListener("change", searchHint);
   call("/api/v1/capabilities").then((answer) => {
-    for (const c of answer.capabilities) if (c.id !== filters.capability) capBox.append(el("option", {value: c.id, text: c.id}));
+    for (const c of answer.capabilities) {
+      searchable.set(c.id, c.searchable || []);
+      if (c.id !== filters.capability) capBox.append(el("option", {value: c.id, text: c.id}));
+    }
+    searchHint();
   }).catch(() => {});
 
   const rows = new Map();
   let all = [];
   const pageCount = () => Math.max(1, Math.ceil(all.length / PAGE_SIZE));
   const pageUrl = (n, from = before) => {
-    const q = new URLSearchParams(Object.entries(filters).filter(([, v]) => v));
+    const q = new URLSearchParams(Object.entries(match));
+    if (sort !== "created") q.set("sort", sort);
+    if (order !== "desc") q.set("order", order);
     if (from) q.set("before", from);
     if (n > 1) q.set("page", String(n));
     return "/" + (q.toString() ? "?" + q : "");
@@ -378,9 +461,11 @@ function executionsPage(params) {
     if (!shown.length) body.append(el("tr", {}, el("td", {colspan: 7, class: "muted", text: "No execution matches."})));
     const first = all.length ? (n - 1) * PAGE_SIZE + 1 : 0;
     summary.textContent = `${first}–${(n - 1) * PAGE_SIZE + shown.length} of the ` +
-      (before ? `${all.length} created before ${before}` : `newest ${all.length}`);
-    // Older: the next page of this window, or, at its end, the window before its last one.
-    const more = all.length >= LIST_BOUND;
+      (before ? `${all.length} created before ${before}` : `newest ${all.length}`) +
+      (sort === "created" && order === "desc" ? "" : `, ${ORDERS[sort][order === "asc" ? 1 : 0]}`);
+    // Older: the next page of this window, or, at its end, the window before its last one
+    // (newest first only: another order is of one window).
+    const more = all.length >= LIST_BOUND && sort === "created" && order === "desc";
     const older = n < pageCount() ? pageUrl(n + 1) : more ? pageUrl(1, all[all.length - 1].id) : "";
     const newer = n > 1 ? pageUrl(n - 1) : before ? pageUrl(1, "") : "";
     pager.replaceChildren(
@@ -394,7 +479,8 @@ function executionsPage(params) {
     controller = new AbortController();
     lastFetch = performance.now();
     try {
-      const query = Object.assign({limit: LIST_BOUND}, filters, before ? {before} : {});
+      const query = Object.assign({limit: LIST_BOUND}, match, before ? {before} : {},
+        sort !== "created" ? {sort} : {}, order !== "desc" ? {order} : {});
       const answer = await call("/api/v1/executions", {query, signal: controller.signal});
       all = answer.executions;
       connectionPart("reads", true);
