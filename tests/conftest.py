@@ -87,8 +87,6 @@ def pytest_sessionstart(session: Any) -> None:
     _redis_url()
 
 
-
-
 def chromium_found() -> bool:
     return os.path.exists(CHROMIUM) or shutil.which(CHROMIUM) is not None
 
@@ -113,37 +111,88 @@ def pytest_unconfigure(config: Any) -> None:
         _embedded.stop()
 
 
-PROCESS_FIXTURES = frozenset(
-    {
-        "api", "locked_api", "api_b", "worker_process_for_api", "http", "shared_api",
-        "spawn_api", "worker_process", "client_process", "terminal", "workers", "api_server",
-    }
-)
-"""Fixtures that start child processes (APIs, workers, MCP clients, a terminal)."""
-
-PROCESS_MODULES = frozenset(
-    {
-        "tests/api/test_dev.py",
-        "tests/bench/test_harness.py",
-        "tests/cli/test_process_commands.py",
-        "tests/cli/test_run.py",
-        "tests/mcp/test_stdio.py",
-    }
-)
-"""Modules whose tests start child processes themselves."""
-
-
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
     """`process`: the test starts child processes; `slow`: it takes seconds, so
-    `python -m pytest -m "not slow"` is the sub-minute loop for development. Every
-    process test is slow (an in-process one that takes seconds says `@pytest.mark.slow`);
-    the README's test command runs them all."""
+    `python -m pytest -m "not slow"` is the quick loop for development. A test is a process
+    test by the fixtures it uses: every fixture that starts a child process asks for
+    `spawns`, and so does a test that starts one itself; one that starts a child process
+    without it fails (`_children_said`), so none runs unmarked. Every process test is
+    slow (an in-process one that takes seconds says `@pytest.mark.slow`); the README's test
+    command runs them all."""
     for item in items:
-        module = Path(str(item.fspath)).resolve().relative_to(ROOT).as_posix()
-        spawns = module in PROCESS_MODULES or PROCESS_FIXTURES & set(item.fixturenames)
-        if spawns:
+        if "spawns" in item.fixturenames:  # the test's, or a fixture's it uses, at any depth
             item.add_marker(pytest.mark.process)
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def spawns() -> None:
+    """Said by a test that starts child processes of its own (a CLI, a build, a server): it
+    makes the test a `process` one, as the fixtures that start one do. A module of such
+    tests says it once: `pytestmark = pytest.mark.usefixtures("spawns")`."""
+
+
+_unsaid_children: list[str] | None = None
+"""While a test that is not `slow` runs (set up, called, torn down): the child processes it
+started, each as its command line (a `process` test is slow, and so is one marked so)."""
+
+
+def _watch_children() -> None:
+    """Every child process goes through `subprocess.Popen` (asyncio's and `multiprocessing`'s
+    spawn, too) or `multiprocessing`'s `Process.start` (its fork)."""
+    import multiprocessing.process
+
+    popen_init = subprocess.Popen.__init__
+    process_start = multiprocessing.process.BaseProcess.start
+
+    def init(self: Any, args: Any, *rest: Any, **options: Any) -> None:
+        if _unsaid_children is not None:
+            shown = " ".join(map(str, args)) if isinstance(args, list | tuple) else str(args)
+            _unsaid_children.append(shown)
+        popen_init(self, args, *rest, **options)
+
+    def start(self: Any) -> None:
+        if _unsaid_children is not None:
+            _unsaid_children.append(f"multiprocessing {self.name}")
+        process_start(self)
+
+    subprocess.Popen.__init__ = init  # type: ignore[method-assign]
+    multiprocessing.process.BaseProcess.start = start  # type: ignore[method-assign]
+
+
+_watch_children()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: Any, nextitem: Any) -> Any:
+    global _unsaid_children
+    _unsaid_children = None if item.get_closest_marker("slow") else []
+    try:
+        return (yield)
+    finally:
+        _unsaid_children = None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: Any, nextitem: Any) -> Any:
+    result = yield
+    _children_said()
+    return result
+
+
+def _children_said() -> None:
+    """Fail the test that started a child process without saying so (`spawns`)."""
+    children = _unsaid_children or []
+    if children:
+        shown = "; ".join(child[:120] for child in children[:3])
+        pytest.fail(
+            f"this test started {len(children)} child process(es) ({shown}) but is not "
+            "marked slow: a fixture that starts one asks for `spawns`, and so does a test "
+            "that starts one itself "
+            '(pytestmark = pytest.mark.usefixtures("spawns") for a module), so that '
+            '`-m "not slow"` leaves it out',
+            pytrace=False,
+        )
 
 
 @pytest.fixture
@@ -206,7 +255,9 @@ async def running_worker(redis: Any, cfg: Settings, **overrides: Any) -> AsyncIt
             t.cancel()
         # Bounded: a teardown that cannot finish must not hang the suite.
         with contextlib.suppress(BaseException):
-            await asyncio.wait_for(asyncio.gather(task, *worker.tasks.values(), return_exceptions=True), 5)
+            await asyncio.wait_for(
+                asyncio.gather(task, *worker.tasks.values(), return_exceptions=True), 5
+            )
         with contextlib.suppress(BaseException):
             await asyncio.wait_for(worker.ctx["majordomus"].stop(), 5)
 
@@ -344,7 +395,7 @@ def running_dev(
 
 
 @pytest.fixture
-def worker_process(redis_url: str) -> Iterator[Any]:
+def worker_process(spawns: None, redis_url: str) -> Iterator[Any]:
     started: list[WorkerProcess] = []
 
     def spawn(**env: str) -> WorkerProcess:
@@ -389,6 +440,12 @@ def builtins_only() -> Any:
 
     registry = Registry()
     for cap in REGISTRY:
-        if cap.id.split(".", 1)[0] in {"executions", "capabilities", "episodes", "queue", "schedules"}:
+        if cap.id.split(".", 1)[0] in {
+            "executions",
+            "capabilities",
+            "episodes",
+            "queue",
+            "schedules",
+        }:
             registry.add(cap)
     return registry

@@ -52,6 +52,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     return zipfile.ZipFile(path)
 
 
+@pytest.mark.usefixtures("spawns")
 def test_the_wheel_installs_one_top_level_name(wheel: zipfile.ZipFile) -> None:
     names = wheel.namelist()
     tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
@@ -79,6 +80,7 @@ def test_the_extras_that_run_servers_bring_the_server_dependencies() -> None:
         assert "majordomus[server]" in extras[extra], extra
 
 
+@pytest.mark.usefixtures("spawns")
 def test_no_top_level_api_or_workers_module_is_imported_anywhere() -> None:
     """Everything imports `majordomus.api` and `majordomus.workers`; were one module to
     import `api` from the repository's root, it would be a second copy of it."""
@@ -106,6 +108,7 @@ print(snapshot.capability, heavy)
 
 
 @pytest.mark.parametrize("transport", ["redis", "http"])
+@pytest.mark.usefixtures("spawns")
 def test_a_producer_imports_no_web_framework_mcp_sdk_cli_or_worker(
     transport: str, redis_url: str
 ) -> None:

@@ -148,7 +148,7 @@ def suite_redis_url() -> str:
 
 
 @pytest.fixture(scope="package")
-def api(suite_redis_url: str) -> Iterator[ApiProcess]:
+def api(spawns: None, suite_redis_url: str) -> Iterator[ApiProcess]:
     """The package's API process (with the test capabilities, 1 s heartbeats)."""
     flush(suite_redis_url)
     server = ApiProcess(suite_redis_url).start()
@@ -157,7 +157,7 @@ def api(suite_redis_url: str) -> Iterator[ApiProcess]:
 
 
 @pytest.fixture(scope="package")
-def locked_api(suite_redis_url: str) -> Iterator[ApiProcess]:
+def locked_api(spawns: None, suite_redis_url: str) -> Iterator[ApiProcess]:
     """An API with a bearer token, room for two live channels, and the built-ins only."""
     server = ApiProcess(
         suite_redis_url,
@@ -170,7 +170,7 @@ def locked_api(suite_redis_url: str) -> Iterator[ApiProcess]:
 
 
 @pytest.fixture(scope="package")
-def api_b(suite_redis_url: str, api: ApiProcess) -> Iterator[ApiProcess]:
+def api_b(spawns: None, suite_redis_url: str, api: ApiProcess) -> Iterator[ApiProcess]:
     """A second API process on the same Redis (and the one tests restart)."""
     server = ApiProcess(suite_redis_url).start()
     yield server
@@ -213,7 +213,9 @@ class WorkerChild:
 
 
 @pytest.fixture(scope="package")
-def worker_process_for_api(suite_redis_url: str, api: ApiProcess) -> Iterator[WorkerChild]:
+def worker_process_for_api(
+    spawns: None, suite_redis_url: str, api: ApiProcess
+) -> Iterator[WorkerChild]:
     """One worker process for the whole package."""
     worker = WorkerChild(suite_redis_url)
     client = redis_sync.Redis.from_url(suite_redis_url)
@@ -330,4 +332,3 @@ def own_deployment(redis_url: str, prefix: str, **env: str) -> Iterator[tuple[Ap
         client.close()
         worker.stop()
         server.close()
-

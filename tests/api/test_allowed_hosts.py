@@ -40,7 +40,7 @@ INITIALIZE = {
 
 
 @pytest.fixture(scope="module")
-def listing_api(suite_redis_url: str) -> Iterator[ApiProcess]:
+def listing_api(spawns: None, suite_redis_url: str) -> Iterator[ApiProcess]:
     """An API that also answers to `api:8000`, as compose runs it."""
     server = ApiProcess(suite_redis_url, MAJORDOMUS_ALLOWED_HOSTS=COMPOSE_HOST).start()
     yield server
@@ -48,7 +48,7 @@ def listing_api(suite_redis_url: str) -> Iterator[ApiProcess]:
 
 
 @pytest.fixture(scope="module")
-def open_api(suite_redis_url: str) -> Iterator[ApiProcess]:
+def open_api(spawns: None, suite_redis_url: str) -> Iterator[ApiProcess]:
     """An API told to answer to any Host (`*`)."""
     server = ApiProcess(suite_redis_url, MAJORDOMUS_ALLOWED_HOSTS="*").start()
     yield server

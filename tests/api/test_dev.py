@@ -8,9 +8,12 @@ import re
 import socket
 
 import httpx
+import pytest
 
 from tests.api.conftest import start, wait_final
 from tests.conftest import ROOT, running_dev
+
+pytestmark = pytest.mark.usefixtures("spawns")  # it starts child processes of its own
 
 
 def test_dev_runs_api_and_worker_on_an_embedded_redis_and_stops_it_all_on_ctrl_c() -> None:

@@ -28,6 +28,7 @@ def _said(read: Callable[[], str], text: str, timeout: float = 30) -> str:
 
 
 @needs_fast
+@pytest.mark.usefixtures("spawns")
 def test_the_api_runs_on_uvloop_and_httptools_where_they_are_installed(
     suite_redis_url: str,
 ) -> None:
@@ -41,6 +42,7 @@ def test_the_api_runs_on_uvloop_and_httptools_where_they_are_installed(
         api.close()
 
 
+@pytest.mark.usefixtures("spawns")
 def test_an_api_opted_out_runs_on_the_asyncio_loop_and_h11(suite_redis_url: str) -> None:
     api = ApiProcess(suite_redis_url, MAJORDOMUS_FAST_LOOP="0").start()
     try:
@@ -60,6 +62,7 @@ def test_an_api_opted_out_runs_on_the_asyncio_loop_and_h11(suite_redis_url: str)
         ("0", "event loop asyncio (MAJORDOMUS_FAST_LOOP=0)"),
     ],
 )
+@pytest.mark.usefixtures("spawns")
 def test_a_worker_says_which_loop_it_runs_on(suite_redis_url: str, fast: str, line: str) -> None:
     worker = WorkerChild(suite_redis_url, MAJORDOMUS_FAST_LOOP=fast)
     try:

@@ -497,6 +497,7 @@ def partitioned_api(suite_redis_url: str) -> Any:
         yield server
 
 
+@pytest.mark.usefixtures("spawns")
 def test_the_unscoped_channel_resumes_with_last_event_id_across_partitions(
     partitioned_api: ApiProcess,
 ) -> None:

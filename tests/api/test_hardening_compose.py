@@ -115,6 +115,7 @@ def until_health_is(expected: bool, env: dict[str, str], timeout: float) -> floa
     return time.monotonic() - began
 
 
+@pytest.mark.usefixtures("spawns")
 def test_the_workers_health_check_passes_only_while_it_beats(env: dict[str, str]) -> None:
     assert not healthy(env)  # no worker at all
     worker = Worker(env)

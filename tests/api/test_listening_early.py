@@ -11,12 +11,14 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from majordomus.store.embedded import free_port
 from tests.api.conftest import ApiProcess, api_env
 from tests.conftest import ROOT
 
 
+@pytest.mark.usefixtures("spawns")
 def test_a_request_sent_while_the_api_starts_is_answered_not_refused(
     suite_redis_url: str,
 ) -> None:
@@ -54,6 +56,7 @@ def test_a_request_sent_while_the_api_starts_is_answered_not_refused(
         server.wait(15)
 
 
+@pytest.mark.usefixtures("spawns")
 def test_a_port_in_use_stops_serve_with_one_line(suite_redis_url: str) -> None:
     taken = ApiProcess(suite_redis_url).start()
     try:

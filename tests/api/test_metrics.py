@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from majordomus.api.app import create_app
@@ -82,6 +83,7 @@ def test_with_a_token_the_scrape_needs_it(locked_api: ApiProcess) -> None:
         assert ("majordomus_redis_up", ()) in samples
 
 
+@pytest.mark.usefixtures("spawns")
 async def test_a_worker_serves_its_metrics_on_a_port_of_its_own(suite_redis_url: str) -> None:
     # A key prefix of the test's own: the package's worker never takes these executions.
     settings = make_settings(suite_redis_url, key_prefix="mdmetrics")
@@ -124,6 +126,7 @@ async def test_a_worker_serves_its_metrics_on_a_port_of_its_own(suite_redis_url:
     assert "majordomus_queue_depth" not in types  # the cluster's figures are the API's
 
 
+@pytest.mark.usefixtures("spawns")
 def test_a_metrics_port_taken_stops_the_worker_with_one_line(suite_redis_url: str) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -138,6 +141,7 @@ def test_a_metrics_port_taken_stops_the_worker_with_one_line(suite_redis_url: st
     assert "Traceback" not in text, text
 
 
+@pytest.mark.usefixtures("spawns")
 async def test_a_scrape_while_redis_is_down_still_answers() -> None:
     server = EmbeddedRedis().start()
     settings = make_settings(server.url)

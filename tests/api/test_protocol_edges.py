@@ -110,6 +110,7 @@ def worker_metrics(port: int, headers: dict[str, str], worker: WorkerChild) -> h
             time.sleep(0.05)
 
 
+@pytest.mark.usefixtures("spawns")
 def test_a_workers_metrics_port_names_its_charset_once_whatever_it_is_asked(
     suite_redis_url: str,
 ) -> None:

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import httpx
+import pytest
 from httpx_sse import EventSource
 
 from majordomus.store.embedded import EmbeddedRedis
@@ -30,6 +31,7 @@ def follow_feed(server: ApiProcess, out: queue.Queue[Any], stop: threading.Event
                     return
 
 
+@pytest.mark.usefixtures("spawns")
 def test_redis_stopped_answers_503_and_service_returns_by_itself() -> None:
     redis_server = EmbeddedRedis().start()
     port = redis_server.port

@@ -41,7 +41,7 @@ parameters = { "query.fail_at" = 1000, "query.delay_ms" = 5, "header.Prefer" = "
 
 
 @pytest.fixture(scope="module")
-def api_server() -> Iterator[ApiProcess]:
+def api_server(spawns: None) -> Iterator[ApiProcess]:
     with EmbeddedRedis() as redis_server:
         worker = WorkerChild(redis_server.url)
         server = ApiProcess(redis_server.url, MAJORDOMUS_CAPABILITIES="").start()

@@ -22,6 +22,8 @@ from bench.peers import NOT_RUN
 from majordomus.store.embedded import EmbeddedRedis
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.usefixtures("spawns")  # it starts child processes of its own
+
 
 def test_percentiles_interpolate_between_closest_ranks() -> None:
     values = [float(v) for v in range(1, 101)]

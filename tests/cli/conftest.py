@@ -104,7 +104,7 @@ def majordomus_argv(*args: str) -> list[str]:
 
 
 @pytest.fixture
-def terminal(flushed: Any, redis_url: str) -> Iterator[Any]:
+def terminal(spawns: None, flushed: Any, redis_url: str) -> Iterator[Any]:
     """Start `majordomus ARGS` in a pseudo-terminal: `terminal("run", "executions.demonstrate")`."""
     opened: list[Terminal] = []
 
@@ -164,7 +164,7 @@ class Workers:
 
 
 @pytest.fixture
-def workers(flushed: Any, redis_url: str, tmp_path: Path) -> Iterator[Workers]:
+def workers(spawns: None, flushed: Any, redis_url: str, tmp_path: Path) -> Iterator[Workers]:
     pool = Workers(redis_url, tmp_path)
     yield pool
     pool.stop_all()
@@ -172,7 +172,7 @@ def workers(flushed: Any, redis_url: str, tmp_path: Path) -> Iterator[Workers]:
 
 @pytest.fixture(scope="module")
 def api_server(
-    redis_url_for_module: str, tmp_path_factory: pytest.TempPathFactory
+    spawns: None, redis_url_for_module: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """`majordomus serve` on a free port; its base URL."""
     port = free_port()

@@ -86,6 +86,7 @@ def under(modules: list[str], roots: tuple[str, ...]) -> list[str]:
 
 
 @pytest.mark.parametrize("argv", HELPS, ids=" ".join)
+@pytest.mark.usefixtures("spawns")
 def test_a_help_imports_neither_a_side_nor_what_running_needs(argv: tuple[str, ...]) -> None:
     modules, code, shown = imported(argv, environment())
     assert code == 0 and "Usage" in shown, shown
@@ -93,6 +94,7 @@ def test_a_help_imports_neither_a_side_nor_what_running_needs(argv: tuple[str, .
     assert under(modules, NOT_FOR_THE_HELP) == []
 
 
+@pytest.mark.usefixtures("spawns")
 def test_the_help_names_every_command_and_group_the_registry_projects() -> None:
     _, code, shown = imported(("--help",), environment())
     assert code == 0, shown
@@ -102,6 +104,7 @@ def test_the_help_names_every_command_and_group_the_registry_projects() -> None:
     assert "executions.demonstrate" in shown, shown
 
 
+@pytest.mark.usefixtures("spawns")
 def test_the_help_with_a_redis_named_neither_reaches_it_nor_imports_more() -> None:
     # The settings are read (a bad one stops every command); nothing connects to port 1.
     env = environment(MAJORDOMUS_REDIS_URL="redis://127.0.0.1:1/0", MAJORDOMUS_KEY_PREFIX="kp")
@@ -110,6 +113,7 @@ def test_the_help_with_a_redis_named_neither_reaches_it_nor_imports_more() -> No
     assert under(modules, NOT_FOR_THE_HELP) == []
 
 
+@pytest.mark.usefixtures("spawns")
 def test_a_bad_setting_stops_the_help_as_it_stops_every_command() -> None:
     _, code, said = imported(("--help",), environment(MAJORDOMUS_MAX_JOBS="many"))
     assert code != 0 and "bad configuration" in said, said

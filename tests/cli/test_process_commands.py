@@ -17,6 +17,8 @@ from majordomus.store.embedded import free_port
 from tests.cli.conftest import child_env
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.usefixtures("spawns")  # it starts child processes of its own
+
 
 def _run(command: str, url: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(

@@ -6,8 +6,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
+
 from majordomus.errors import EXIT_CODE
 from tests.cli.conftest import Cli
+
+pytestmark = pytest.mark.usefixtures("spawns")  # it starts child processes of its own
 
 EXECUTION_ID = re.compile(r"x-\d{8}T\d{6}Z-[0-9a-f]{8}")
 

@@ -100,7 +100,7 @@ def api_and_worker(redis_url: str, prefix: str = PREFIX, **env: str) -> Iterator
 
 
 @pytest.fixture(scope="package")
-def console(console_redis_url: str) -> Iterator[ApiProcess]:
+def console(spawns: None, console_redis_url: str) -> Iterator[ApiProcess]:
     """The package's API and one worker behind it, on the `console` prefix."""
     with api_and_worker(console_redis_url) as server:
         yield server

@@ -96,7 +96,7 @@ class ApiProcess:
 
 
 @pytest.fixture(scope="package")
-def shared_api() -> Iterator[ApiProcess]:
+def shared_api(spawns: None) -> Iterator[ApiProcess]:
     """One API process for the tests that need nothing special of it, gone after them: an
     API is a sweeper candidate, and must not sweep the later packages' test executions."""
     api = ApiProcess(_redis_url())
@@ -143,7 +143,7 @@ class Spawner:
 
 
 @pytest.fixture
-def spawn_api(redis: Any) -> Iterator[Spawner]:
+def spawn_api(spawns: None, redis: Any) -> Iterator[Spawner]:
     """Start API processes of a test's own (see `Spawner`)."""
     spawner = Spawner()
     yield spawner
@@ -183,7 +183,7 @@ class ClientProcess:
 
 
 @pytest.fixture
-def client_process() -> Iterator[Any]:
+def client_process(spawns: None) -> Iterator[Any]:
     started: list[ClientProcess] = []
 
     def spawn(url: str, external_id: str, mode: str = "auto", then: str = "exit") -> ClientProcess:

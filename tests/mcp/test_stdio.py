@@ -13,6 +13,8 @@ from majordomus.registry import REGISTRY
 from tests.conftest import ROOT, _redis_url, until
 from tests.mcp.conftest import MODES, PROTOCOL_OF, call, failure, process_env
 
+pytestmark = pytest.mark.usefixtures("spawns")  # it starts child processes of its own
+
 
 def stdio_server() -> StdioServerParameters:
     return StdioServerParameters(

@@ -67,7 +67,9 @@ def forget_prefix(url: str, prefix: str) -> None:
         client.close()
 
 
-def wait_for_workers(url: str, prefix: str, children: list[WorkerChild], timeout: float = 30) -> None:
+def wait_for_workers(
+    url: str, prefix: str, children: list[WorkerChild], timeout: float = 30
+) -> None:
     client = redis_sync.Redis.from_url(url)
     deadline = time.monotonic() + timeout
     try:
@@ -90,7 +92,7 @@ class Stack:
 
 
 @pytest.fixture(scope="package")
-def stack() -> Iterator[Stack]:
+def stack(spawns: None) -> Iterator[Stack]:
     """The package's API and worker (one execution at a time: a retry waiting for its
     backoff must leave that one slot free)."""
     url = _redis_url()

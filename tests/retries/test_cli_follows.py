@@ -9,11 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 from tests.retries.conftest import Stack, attempts_in
 from tests.retries.workload import FLAKY
 
 
+@pytest.mark.usefixtures("spawns")
 def test_run_follows_the_chain_to_the_attempt_that_succeeds(stack: Stack, marker: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAJORDOMUS_")}
     env["PYTHONPATH"] = str(ROOT)

@@ -41,7 +41,7 @@ def url() -> str:
 
 
 @pytest.fixture(scope="module")
-def workers(url: str) -> Iterator[list[WorkerChild]]:
+def workers(spawns: None, url: str) -> Iterator[list[WorkerChild]]:
     """Three `majordomus worker` processes, each with its ticker, once they all report."""
     flush(url)
     started = [WorkerChild(url) for _ in range(WORKERS)]

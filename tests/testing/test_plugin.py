@@ -104,6 +104,7 @@ def test_a_suite_that_does_not_use_it_hears_nothing_of_it(tmp_path: Path) -> Non
     assert "majordomus.testing" not in ran.stdout + ran.stderr  # (pytest lists it among plugins)
 
 
+@pytest.mark.usefixtures("spawns")
 def test_loading_the_plugin_imports_nothing_heavy() -> None:
     heavy = ("majordomus.engine", "majordomus.workers", "majordomus.testing.environment",
              "arq", "fakeredis", "redis", "msgspec")

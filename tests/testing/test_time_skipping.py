@@ -136,6 +136,7 @@ async def test_time_runs_on_between_skips_and_never_goes_back(env: Environment) 
         await env.skip(seconds=-1)
 
 
+@pytest.mark.usefixtures("spawns")
 async def test_time_cannot_be_skipped_on_a_real_server() -> None:
     async with Environment(KIT, redis="embedded") as env:
         assert env.redis_kind == "embedded"

@@ -53,6 +53,7 @@ async def sealed_engine(redis: Any, sealed_settings: Any) -> AsyncIterator[Engin
     yield Engine(redis, REGISTRY, sealed_settings)
 
 
+@pytest.mark.usefixtures("spawns")
 async def test_a_queued_executions_secret_input_is_sealed_in_redis_and_opened_by_its_worker(
     redis: Any, sealed_engine: Engine, sealed_settings: Any
 ) -> None:
@@ -98,6 +99,7 @@ async def test_a_schedules_definition_is_sealed_and_an_unchanged_declaration_sta
     assert await rotated.declare("nightly", definition) is True
 
 
+@pytest.mark.usefixtures("spawns")
 async def test_a_worker_without_its_key_fails_the_execution_and_runs_nothing(
     redis: Any, redis_url: str, sealed_engine: Engine
 ) -> None:

@@ -192,6 +192,7 @@ WINDOW_SECONDS = 3.0
 """How long each count of Redis commands lasts."""
 
 
+@pytest.mark.usefixtures("spawns")
 async def test_waiting_for_a_slot_holds_no_worker_and_makes_no_redis_traffic(
     private_engine: Engine,
 ) -> None:
@@ -283,6 +284,7 @@ async def test_a_take_cut_short_by_redis_keeps_the_slots_and_its_token(worker: A
     assert tokens[0][1] == "x-20261203T000000Z-0000000a"
 
 
+@pytest.mark.usefixtures("spawns")
 async def test_a_burst_of_starts_gets_one_score_each_and_a_take_reads_only_what_it_takes(
     private_engine: Engine,
 ) -> None:
