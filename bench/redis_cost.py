@@ -87,7 +87,7 @@ async def run(bench: Bench) -> list[Row]:
     ]
 
 
-async def _server_cpu(redis: Any) -> float:
+async def server_cpu(redis: Any) -> float:
     info = await redis.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
@@ -100,18 +100,18 @@ async def cpu_per_execution(bench: Bench, n: int, **settings: str) -> tuple[floa
     env = {f"MAJORDOMUS_{name.upper()}": value for name, value in settings.items()}
     try:
         async with bench.engine(**settings) as engine:
-            before = await _server_cpu(redis)
+            before = await server_cpu(redis)
             await fan_out(n, lambda: engine.start("bench.noop", {}), ENQUEUERS)
-            created = await _server_cpu(redis) - before
+            created = await server_cpu(redis) - before
             with children() as kids:
                 kids.append(majordomus_worker(bench, MAX_JOBS, **env))
                 await wait_for_workers(bench, 1)
-                before = await _server_cpu(redis)
+                before = await server_cpu(redis)
                 while await engine.store.finished_count() < n:
                     if not kids[0].alive():
                         raise RuntimeError(f"the worker died:\n{kids[0].log()[-1500:]}")
                     await asyncio.sleep(0.01)
-                drained = await _server_cpu(redis) - before
+                drained = await server_cpu(redis) - before
     finally:
         await redis.aclose()
     return created / n * 1e6, drained / n * 1e6
@@ -121,7 +121,7 @@ async def _baseline_cpu(bench: Bench, n: int) -> float:
     await bench.flush()
     redis = aioredis.from_url(bench.redis_url)
     try:
-        before = await _server_cpu(redis)
+        before = await server_cpu(redis)
         for start in range(0, n, 100):
             async with redis.pipeline(transaction=False) as pipe:
                 for i in range(start, min(n, start + 100)):
@@ -129,7 +129,7 @@ async def _baseline_cpu(bench: Bench, n: int) -> float:
                     for seq in range(1, 5):
                         pipe.xadd(f"raw:{i}:events", {"e": "x" * 200}, id=f"{seq}-0")
                 await pipe.execute()
-        return (await _server_cpu(redis) - before) / n * 1e6
+        return (await server_cpu(redis) - before) / n * 1e6
     finally:
         await redis.aclose()
 
