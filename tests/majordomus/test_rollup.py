@@ -223,3 +223,16 @@ async def test_an_empty_span_answers_empty_points(engine: Engine, span: Any) -> 
     assert len(report.overall.points) == POINTS[span]
     assert report.capabilities == [] and report.overall.total.started == 0
     assert report.overall.total.wait_p50_ms is None
+
+
+async def test_past_its_bound_the_report_names_the_busiest_and_counts_the_rest(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("majordomus.stats.STATS_CAPABILITIES", 1)
+    ids = [(await engine.start("tests.noop", {})).id for _ in range(3)]
+    ids.append((await engine.start("tests.boom", {})).id)
+    assert sorted(await take(engine)) == sorted(ids)
+    report = await execution_stats(engine, "hour", None)
+    assert [s.capability for s in report.capabilities] == ["tests.noop"]
+    assert report.more_capabilities == 1
+    assert report.overall.total.started == 4  # every capability, shown or not
