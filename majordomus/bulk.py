@@ -31,6 +31,7 @@ from majordomus.matching import Match
 from majordomus.retries import RETRY_KEY_PREFIX, Retry
 from majordomus.schemas import has_sensitive
 from majordomus.start_options import StartOptions
+from majordomus.store.failures import UNREACHABLE
 
 if TYPE_CHECKING:
     from majordomus.engine import Engine
@@ -42,9 +43,11 @@ Redis to everyone else."""
 PAGE = 500
 """Matches read per page of the walk."""
 
-BULK_RETRY = Retry(attempts=5, backoff_ms=1000, retry_on=(), retry_codes=("unavailable",))
-"""A bulk action whose worker was lost (or whose Redis went away) is started again, and does
-the rest."""
+BULK_RETRY = Retry(
+    attempts=10, backoff_ms=1000, max_backoff_ms=30_000, retry_on=(), retry_codes=("unavailable",)
+)
+"""A bulk action whose worker was lost, or whose Redis stopped answering, is started again
+(for a few minutes, the delays growing to 30 s), and does the rest."""
 
 Progress = Callable[[int, int], Any]
 """(acted on so far, of how many: the matches it would act on, counted as it began)."""
@@ -105,10 +108,27 @@ async def _top(engine: Engine, own_id: str | None) -> float | None:
     return None if newest is None else newest + 1
 
 
+def _outage(exc: BaseException) -> MajordomusError:
+    return MajordomusError(
+        "unavailable",
+        f"Redis stopped answering mid-way ({type(exc).__name__}): what was done is done",
+        "it is started again by itself; or run the same filter again once Redis answers",
+    )
+
+
 async def cancel_matching(
     engine: Engine, match: Match, *, by: str, own_id: str | None, progress: Progress, stop: Stop
 ) -> CancelMatchingOutput:
     """Cancel every queued or running execution `match` selects (see the module)."""
+    try:
+        return await _cancel_matching(engine, match, by, own_id, progress, stop)
+    except UNREACHABLE as exc:
+        raise _outage(exc) from exc
+
+
+async def _cancel_matching(
+    engine: Engine, match: Match, by: str, own_id: str | None, progress: Progress, stop: Stop
+) -> CancelMatchingOutput:
     selection = (await engine.selection(match)).below(await _top(engine, own_id))
     total = (await engine.count_of(selection)).cancellable
     out = CancelMatchingOutput(0, 0, 0, 0)
@@ -143,6 +163,15 @@ async def retry_matching(
 ) -> RetryMatchingOutput:
     """Start again every failed or cancelled execution `match` selects that was not retried
     yet, each as the next attempt of its chain (see the module)."""
+    try:
+        return await _retry_matching(engine, match, own_id, progress, stop)
+    except UNREACHABLE as exc:
+        raise _outage(exc) from exc
+
+
+async def _retry_matching(
+    engine: Engine, match: Match, own_id: str | None, progress: Progress, stop: Stop
+) -> RetryMatchingOutput:
     selection = (await engine.selection(match)).below(await _top(engine, own_id))
     total = (await engine.count_of(selection)).retryable
     out = RetryMatchingOutput(0, 0, 0, 0, 0)
