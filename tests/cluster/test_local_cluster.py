@@ -32,6 +32,7 @@ def test_a_cluster_chooses_distinct_client_and_bus_ports() -> None:
         cluster.close()
 
 
+@pytest.mark.usefixtures("spawns")
 def test_a_node_whose_port_is_taken_before_it_starts_moves_to_free_ports() -> None:
     cluster = LocalCluster(*_binaries(), size=1)
     squatter = socket.socket()

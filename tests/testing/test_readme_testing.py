@@ -16,6 +16,7 @@ from tests.docs.examples import marked_block
 pytestmark = [pytest.mark.process]
 
 
+@pytest.mark.usefixtures("spawns")
 def test_the_readme_test_of_greetings_passes_in_a_suite_of_its_own(tmp_path: Path) -> None:
     (tmp_path / "greetings.py").write_text(marked_block("greetings.py"))
     (tmp_path / "test_greetings.py").write_text(marked_block("test_greetings.py"))
