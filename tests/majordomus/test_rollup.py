@@ -236,3 +236,13 @@ async def test_past_its_bound_the_report_names_the_busiest_and_counts_the_rest(
     assert [s.capability for s in report.capabilities] == ["tests.noop"]
     assert report.more_capabilities == 1
     assert report.overall.total.started == 4  # every capability, shown or not
+
+
+async def test_a_claim_by_append_counts_its_wait_as_a_take_does(engine: Engine) -> None:
+    x = (await engine.start("tests.noop", {})).id
+    part = engine.store.keys.partitions[0]
+    due = int(await engine.redis.zscore(part.queued, x))
+    claimed, _ = await engine.store.claim(x, WORKER)
+    assert claimed.complete
+    started = int(await engine.redis.hget(engine.store.keys.snapshot(x), "started_ms"))
+    assert (await rollup(engine))["tests.noop"].waits == Counter({bucket_of(started - due): 1})
