@@ -350,7 +350,7 @@ function executionsPage(params) {
     title: "An input member's value, for a capability that declares the member searchable"});
   const sortBox = el("select", {id: "f-sort", name: "sort"},
     ...Object.entries(SORTS).map(([v, text]) => el("option", {value: v, text, selected: v === sort})));
-  const orderBox = el("select", {id: "f-order", name: "order"});
+  const orderBox = el("select", {id: "f-order", name: "order", "aria-label": "Order"});
   const orders = () => orderBox.replaceChildren(...["desc", "asc"].map((v, i) =>
     el("option", {value: v, text: ORDERS[sortBox.value][i], selected: v === order})));
   orders();
