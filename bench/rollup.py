@@ -9,8 +9,9 @@ execution, what it holds a day, and how long the charts' read of a day takes.
 - the whole life of an execution, `redis_cost`'s measure (N `bench.noop` enqueued, then
   drained by one worker of `max_jobs` 10, the server's own CPU over both phases, divided by
   N), with the roll-up and without it (`MAJORDOMUS_ROLLUP_KEEP_SECONDS=0`: its counts left
-  out of every start and end), in alternating rounds, the median of each shown and every
-  round noted: on a busy machine these rounds swing by more than the roll-up costs.
+  out of every start and end), in alternating rounds (each first in turn), the median of
+  each shown and every round noted: on a busy machine these rounds swing by more than the
+  roll-up costs.
 
 **Memory.** A day of minutes (an hour in a quick run, the day figured from it) written
 through the roll-up's own Lua functions (`lua/rollup.lua`), for 1 and for 10 busy
@@ -44,7 +45,7 @@ from majordomus.store.keys import ROLLUP_STEPS, Keys
 from majordomus.store.rollup import bucket_bounds, bucket_of
 from majordomus.store.scripts import LUA_DIR, with_constants
 
-ROUNDS = 3
+ROUNDS = 4
 PER_MINUTE = 60
 """Starts (and ends) a minute of each capability."""
 OWN = """
@@ -82,9 +83,13 @@ async def run(bench: Bench) -> list[Row]:
     with EmbeddedRedis() as server:
         own = Bench(server.url, bench.quick, bench.workdir, bench.prefix)
         own_us = await _own_cpu(own, bench.size(20_000, 2_000))
-        for _ in range(bench.size(ROUNDS, 1)):
-            on.append(sum(await cpu_per_execution(own, n)))
-            off.append(sum(await cpu_per_execution(own, n, rollup_keep_seconds="0")))
+        for i in range(bench.size(ROUNDS, 1)):
+            # Each first in turn: a round's place in the pair must not tip the comparison.
+            for counted in (True, False) if i % 2 == 0 else (False, True):
+                if counted:
+                    on.append(sum(await cpu_per_execution(own, n)))
+                else:
+                    off.append(sum(await cpu_per_execution(own, n, rollup_keep_seconds="0")))
         minutes = bench.size(1440, 60)
         await own.flush()
         one = await _day_bytes(own, minutes, 1)
@@ -174,8 +179,8 @@ async def _own_cpu(bench: Bench, n: int) -> float:
         await bench.flush()
         await redis.zadd(base + "idx:queued", {f"x{i}": i for i in range(10)})
         spent: dict[bool, list[float]] = {True: [], False: []}
-        for _ in range(bench.size(8, 2)):
-            for counted in (True, False):
+        for i in range(bench.size(8, 2)):
+            for counted in (True, False) if i % 2 == 0 else (False, True):
                 before = await server_cpu(redis)
                 await script(args=[n, "1" if counted else "0"])
                 spent[counted].append((await server_cpu(redis) - before) / n * 1e6)
