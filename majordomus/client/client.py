@@ -34,8 +34,10 @@ from majordomus.client.transports import (
 )
 from majordomus.config import Settings
 from majordomus.errors import invalid_input
+from majordomus.matching import Match, MatchCount, Order, Sort
 from majordomus.model import CancelOutput, EventHistory, ExecutionList, ExecutionSnapshot
 from majordomus.priorities import Priority
+from majordomus.states import ExecutionState
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -236,15 +238,53 @@ class Client:
     async def list(
         self,
         *,
-        state: str | None = None,
+        state: ExecutionState | None = None,
         capability: str | None = None,
         episode: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        search: str | None = None,
         limit: int | None = None,
         before: str | None = None,
+        sort: Sort = "created",
+        order: Order = "desc",
     ) -> ExecutionList:
-        """Executions newest first, filtered (`executions.list`); `before`: the last id of
-        the previous page, for the next."""
-        return await self.transport.list(state, capability, episode, limit, before)
+        """Executions newest first, filtered (`executions.list`): by state, capability,
+        episode, a time range (aware datetimes), or `search` (`member=value`, a member its
+        capability declares searchable); `before`: the last id of the previous page, for
+        the next; `sort` by `created`, `duration` or `state`, in `order`."""
+        match = Match(
+            state=state,
+            capability=capability,
+            episode=episode,
+            created_after=created_after,
+            created_before=created_before,
+            search=search,
+        )
+        return await self.transport.list(match, limit, before, sort, order)
+
+    async def count(
+        self,
+        *,
+        state: ExecutionState | None = None,
+        capability: str | None = None,
+        episode: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        search: str | None = None,
+    ) -> MatchCount:
+        """How many executions the filter of `list` matches, and how many of them
+        `executions.cancel_matching` and `executions.retry_matching` would act on (start
+        those with `start` or `call`, with the same filter as input)."""
+        match = Match(
+            state=state,
+            capability=capability,
+            episode=episode,
+            created_after=created_after,
+            created_before=created_before,
+            search=search,
+        )
+        return await self.transport.count(match)
 
     async def cancel(self, execution_id: str) -> CancelOutput:
         """Ask it to stop (`executions.cancel`)."""

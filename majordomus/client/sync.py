@@ -20,8 +20,10 @@ from typing import Any, TypeVar, overload
 from majordomus.client.client import Client
 from majordomus.client.handles import Declared, Delay, Execution, Message, SyncExecution
 from majordomus.config import Settings
+from majordomus.matching import MatchCount, Order, Sort
 from majordomus.model import CancelOutput, EventHistory, ExecutionList, ExecutionSnapshot
 from majordomus.priorities import Priority
+from majordomus.states import ExecutionState
 
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -187,15 +189,50 @@ class SyncClient:
     def list(
         self,
         *,
-        state: str | None = None,
+        state: ExecutionState | None = None,
         capability: str | None = None,
         episode: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        search: str | None = None,
         limit: int | None = None,
         before: str | None = None,
+        sort: Sort = "created",
+        order: Order = "desc",
     ) -> ExecutionList:
         return self._run(
             self.client.list(
-                state=state, capability=capability, episode=episode, limit=limit, before=before
+                state=state,
+                capability=capability,
+                episode=episode,
+                created_after=created_after,
+                created_before=created_before,
+                search=search,
+                limit=limit,
+                before=before,
+                sort=sort,
+                order=order,
+            )
+        )
+
+    def count(
+        self,
+        *,
+        state: ExecutionState | None = None,
+        capability: str | None = None,
+        episode: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        search: str | None = None,
+    ) -> MatchCount:
+        return self._run(
+            self.client.count(
+                state=state,
+                capability=capability,
+                episode=episode,
+                created_after=created_after,
+                created_before=created_before,
+                search=search,
             )
         )
 

@@ -29,6 +29,7 @@ import msgspec
 from majordomus.config import LIMITS, Settings, shown_url
 from majordomus.errors import MajordomusError, unavailable
 from majordomus.ids import require_execution_id
+from majordomus.matching import Match, MatchCount, Order, Sort
 from majordomus.model import (
     ACTOR_HEADER,
     CancelOutput,
@@ -74,13 +75,10 @@ class Transport(Protocol):
     async def get(self, execution_id: str) -> ExecutionSnapshot: ...
 
     async def list(
-        self,
-        state: str | None,
-        capability: str | None,
-        episode: str | None,
-        limit: int | None,
-        before: str | None,
+        self, match: Match, limit: int | None, before: str | None, sort: Sort, order: Order
     ) -> ExecutionList: ...
+
+    async def count(self, match: Match) -> MatchCount: ...
 
     async def cancel(self, execution_id: str) -> CancelOutput: ...
 
@@ -220,16 +218,14 @@ class RedisTransport:
         return await self._guarded(self.engine.get(execution_id))
 
     async def list(
-        self,
-        state: str | None,
-        capability: str | None,
-        episode: str | None,
-        limit: int | None,
-        before: str | None,
+        self, match: Match, limit: int | None, before: str | None, sort: Sort, order: Order
     ) -> ExecutionList:
         return await self._guarded(
-            self.engine.list(state, capability, episode, limit, before)  # type: ignore[arg-type]
+            self.engine.list(limit=limit, before=before, match=match, sort=sort, order=order)
         )
+
+    async def count(self, match: Match) -> MatchCount:
+        return await self._guarded(self.engine.count(match))
 
     async def cancel(self, execution_id: str) -> CancelOutput:
         return await self._guarded(self.engine.cancel(execution_id, by=self.actor))
@@ -341,6 +337,7 @@ def live_message(raw: Any) -> Message | None:
 START_PATH = "/api/v1/executions/start"
 GET_PATH = "/api/v1/executions/get"
 LIST_PATH = "/api/v1/executions"
+COUNT_PATH = "/api/v1/executions/count"
 CANCEL_PATH = "/api/v1/executions/cancel"
 WAIT_PATH = "/api/v1/executions/wait"
 EVENTS_PATH = "/api/v1/executions/events"
@@ -445,18 +442,19 @@ class HttpTransport:
         return await self.answer("GET", GET_PATH, {"id": execution_id}, ExecutionSnapshot)  # type: ignore[no-any-return]
 
     async def list(
-        self,
-        state: str | None,
-        capability: str | None,
-        episode: str | None,
-        limit: int | None,
-        before: str | None,
+        self, match: Match, limit: int | None, before: str | None, sort: Sort, order: Order
     ) -> ExecutionList:
-        query = {
-            "state": state, "capability": capability, "episode": episode,
-            "limit": limit, "before": before,
-        }  # fmt: skip
+        # Times as RFC 3339 text, as the query string takes them.
+        query = {**msgspec.to_builtins(match), "limit": limit, "before": before}
+        if sort != "created":
+            query["sort"] = sort
+        if order != "desc":
+            query["order"] = order
         return await self.answer("GET", LIST_PATH, query, ExecutionList)  # type: ignore[no-any-return]
+
+    async def count(self, match: Match) -> MatchCount:
+        query = msgspec.to_builtins(match)
+        return await self.answer("GET", COUNT_PATH, query, MatchCount)  # type: ignore[no-any-return]
 
     async def cancel(self, execution_id: str) -> CancelOutput:
         return await self.answer("POST", CANCEL_PATH, {"id": execution_id}, CancelOutput)  # type: ignore[no-any-return]
