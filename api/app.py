@@ -33,6 +33,7 @@ from litestar.middleware import DefineMiddleware
 from litestar.types import Receive, Scope, Send
 from msgspec import UNSET, UnsetType
 
+from majordomus import clock
 from majordomus.api.access import AccessGuard
 from majordomus.api.console import console_handlers
 from majordomus.api.docs import DOCS_HTML, HTML, StaticDocument
@@ -46,12 +47,12 @@ from majordomus.errors import MajordomusError, invalid_input
 from majordomus.loading import load_capabilities
 from majordomus.loops import within
 from majordomus.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from majordomus.metrics import cluster_families, exposition
+from majordomus.metrics import exposition
 from majordomus.model import ACTOR_HEADER, CLIENT_ACTORS
 from majordomus.registry import Capability
 from majordomus.reports import drained_workers
 from majordomus.schemas import MAX_INPUT_DEPTH, coerce_strings
-from majordomus.store import clock
+from majordomus.scrape import cluster_families
 from majordomus.store.connect import api_client
 from majordomus.store.failures import UNREACHABLE
 from majordomus.sweeper import Sweeper, concurrency_of

@@ -62,10 +62,19 @@ from majordomus.store.executions import AppendResult
 from majordomus.store.failures import UNREACHABLE
 
 if TYPE_CHECKING:
-    from majordomus.engine import Engine
+    from majordomus.registry import Registry
     from majordomus.store.executions import EventWrite, Store
 
 log = logging.getLogger("majordomus.context")
+
+
+class EngineView(Protocol):
+    """What a context knows of the engine it runs on: a `majordomus.engine.Engine`, which
+    makes contexts and so sits above this module (`majordomus.builtins.common.engine_of`
+    gives a built-in the whole of it)."""
+
+    registry: Registry
+
 _encode = msgspec.json.encode
 T = TypeVar("T")
 
@@ -125,7 +134,7 @@ class Context:
 
     def __init__(
         self,
-        engine: Engine | None = None,
+        engine: EngineView | None = None,
         actor: str = "internal",
         episode: str | None = None,
         on_progress: Callable[[Any], Any] | None = None,
@@ -205,7 +214,7 @@ class ExecutionContext(Context):
         store: Store,
         execution_id: str,
         worker: str,
-        engine: Engine | None = None,
+        engine: EngineView | None = None,
         *,
         max_events: int = MAX_PENDING_EVENTS,
         max_bytes: int = MAX_PENDING_BYTES,

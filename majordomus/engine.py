@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from majordomus.clock import stamp_of
 from majordomus.config import LIMITS, Settings, clamp
 from majordomus.context import Context
 from majordomus.declarations import declaration_of, published
@@ -75,7 +76,6 @@ from majordomus.schemas import has_sensitive, redact, schema_of, validate_input
 from majordomus.search import indexed_values, not_indexed, parse_search
 from majordomus.start_options import NO_OPTIONS, StartOptions
 from majordomus.states import FINAL, is_final
-from majordomus.store.clock import stamp_of
 from majordomus.store.connect import RedisClient
 from majordomus.store.declarations import DeclarationStore
 from majordomus.store.episodes import EpisodeStore

@@ -19,7 +19,7 @@ import logging
 import secrets
 from typing import TYPE_CHECKING
 
-from majordomus.store.clock import now_stamp
+from majordomus.clock import now_stamp
 
 if TYPE_CHECKING:
     from majordomus.store.workers import WorkerStore

@@ -12,9 +12,9 @@ from typing import Annotated
 
 import msgspec
 
+from majordomus import clock
 from majordomus.errors import invalid_input
 from majordomus.schemas import PROBLEMS
-from majordomus.store import clock
 
 EXECUTION_ID_PATTERN = r"^x-[0-9]{8}T[0-9]{6}Z-[0-9a-f]{8}$"
 """The shape of an execution id, as the JSON Schemas say it and the server checks it (ASCII

@@ -10,10 +10,10 @@ Two kinds of figures, kept apart because they come from different places:
   Each process counts its own; Prometheus adds them up across processes, so every API and
   every worker is a target of its own (`GET /metrics` on the API, `MAJORDOMUS_METRICS_PORT`
   on a worker, `majordomus.cli.processes`).
-- **Read at scrape time** (`cluster_families`): the queue depth and the oldest wait by
+- **Read at scrape time** (`majordomus.scrape.cluster_families`): the queue depth and the oldest wait by
   capability, the executions running by capability and the workers alive, read from Redis
   through the queue report that `queue.show` answers (`majordomus.reports`), bounded by
-  `SCRAPE_REDIS_SECONDS`, and the live listeners of the API process asking. These are the
+  `majordomus.scrape.SCRAPE_REDIS_SECONDS`, and the live listeners of the API process asking. These are the
   cluster's, not the process's: every API process reports the same values (take `max`, or
   scrape one API). Workers do not report them.
 
@@ -42,11 +42,13 @@ Decisions:
 - A scrape never fails because Redis does: the cluster read that failed or ran out of time
   is left out, `majordomus_redis_up` says 0, and the in-process figures are answered as
   always. Nothing of the failure reaches the client but that 0 (the log has it, at most
-  once per `SCRAPE_FAILURE_LOG_EVERY_SECONDS`).
+  once per `majordomus.scrape.SCRAPE_FAILURE_LOG_EVERY_SECONDS`).
 - Labels are bounded: `capability` is a declared capability id (or `?` for a queue entry
   whose snapshot is gone), `state` a final state, `loop` the name of a background loop.
 
-This module names no Redis command (the reports read through the engine). The API answers
+This module names no Redis command and reads nothing: it is below the engine, which
+counts into it (`majordomus.scrape` reads the cluster's figures, through the engine). The
+API answers
 `GET /metrics` with `exposition` (`api/app.py`); a worker's port is prometheus_client's own
 small threaded server (`serve_metrics`), started by `majordomus worker` before the worker
 runs, so a scrape is answered even while the worker's event loop is busy.
@@ -55,19 +57,14 @@ runs, so a scrape is answered even while the worker's event loop is busy.
 from __future__ import annotations
 
 import logging
-import time
-from collections import Counter as Tally
 from collections.abc import Iterable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
-
-from majordomus.reports import QueueReport, queue_report
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
-    from majordomus.engine import Engine
 
 log = logging.getLogger("majordomus.metrics")
 
@@ -75,13 +72,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The exposition format answered: Prometheus' text format 0.0.4, exactly as
 prometheus_client names it (`exposition.CONTENT_TYPE_PLAIN_0_0_4`; a test checks): one
 `charset` parameter, which a strict media-type parser insists on."""
-
-SCRAPE_REDIS_SECONDS = 2.0
-"""How long a scrape waits for the cluster's figures from Redis before it answers without
-them (`majordomus_redis_up 0`): well within Prometheus' default 10 s scrape timeout."""
-
-SCRAPE_FAILURE_LOG_EVERY_SECONDS = 60.0
-"""How often a scrape that cannot read Redis says so in the log, at most."""
 
 DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
 """Seconds: an execution lasts from milliseconds (a quick handler) to hours."""
@@ -297,87 +287,3 @@ def exposition(families: Iterable[Metric] = ()) -> bytes:
             yield from gathered
 
     return generate_latest(Families())  # type: ignore[arg-type]
-
-
-_said_at = 0.0
-"""When a failed scrape read was last said in the log (`time.monotonic()`)."""
-
-
-async def cluster_families(engine: Engine, listeners: int | None = None) -> list[Metric]:
-    """The figures read at scrape time: the queue, the running executions and the workers
-    from Redis (within `SCRAPE_REDIS_SECONDS`), `majordomus_redis_up` saying whether that
-    read worked, and, for an API process, its live listeners."""
-    from prometheus_client.metrics_core import GaugeMetricFamily
-
-    from majordomus.loops import within  # loops counts its failures here: imported late
-
-    families: list[Metric] = []
-    if listeners is not None:
-        families.append(
-            GaugeMetricFamily(
-                "majordomus_live_listeners",
-                "Live-channel listeners and long polls this API process is feeding now.",
-                value=listeners,
-            )
-        )
-    read: list[QueueReport] = []
-
-    async def read_report() -> None:
-        read.append(await queue_report(engine))
-
-    failure: BaseException | None = None
-    try:
-        if not await within(SCRAPE_REDIS_SECONDS, read_report()):
-            failure = TimeoutError(f"no answer within {SCRAPE_REDIS_SECONDS:g}s")
-    except Exception as exc:  # noqa: BLE001  a scrape answers what it has, whatever Redis does
-        failure = exc
-    up = GaugeMetricFamily(
-        "majordomus_redis_up",
-        "1 when this scrape read the queue and the workers from Redis, else 0.",
-        value=0 if failure is not None or not read else 1,
-    )
-    families.append(up)
-    if failure is not None or not read:
-        _say_unread(failure)
-        return families
-    return families + _report_families(read[0])
-
-
-def _say_unread(failure: BaseException | None) -> None:
-    global _said_at
-    now = time.monotonic()
-    if _said_at and now - _said_at < SCRAPE_FAILURE_LOG_EVERY_SECONDS:
-        return
-    _said_at = now
-    log.warning("a metrics scrape could not read the queue from Redis: %s", failure)
-
-
-def _report_families(report: QueueReport) -> list[Metric]:
-    from prometheus_client.metrics_core import GaugeMetricFamily
-
-    depth = GaugeMetricFamily(
-        "majordomus_queue_depth",
-        "Executions queued (waiting for a worker), by capability.",
-        labels=["capability"],
-    )
-    oldest = GaugeMetricFamily(
-        "majordomus_queue_oldest_wait_seconds",
-        "How long the oldest queued execution of each capability has waited.",
-        labels=["capability"],
-    )
-    for group in report.queued_by_capability:
-        depth.add_metric([group.capability], group.count)
-        oldest.add_metric([group.capability], group.oldest_wait_seconds)
-    running = GaugeMetricFamily(
-        "majordomus_executions_running",
-        "Executions held by a worker now (running or cancelling), by capability.",
-        labels=["capability"],
-    )
-    for capability, count in sorted(Tally(r.capability for r in report.running_executions).items()):
-        running.add_metric([capability], count)
-    alive = GaugeMetricFamily(
-        "majordomus_workers_alive",
-        "Workers that beat within the lease (silent ones are not counted).",
-        value=sum(1 for w in report.workers if not w.silent),
-    )
-    return [depth, oldest, running, alive]

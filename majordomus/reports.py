@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from majordomus.clock import now_stamp, stamp_of
 from majordomus.errors import ExecutionError
 from majordomus.model import ProgressView
 from majordomus.states import ExecutionState
-from majordomus.store.clock import now_stamp, stamp_of
 
 if TYPE_CHECKING:
     # Only named in annotations: the report types are declared without the engine.

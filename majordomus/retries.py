@@ -28,8 +28,9 @@ drawn uniformly from `[base * (1 - jitter), base]`. `jitter=1.0` is "full jitter
 from 0 to the base: spreads a herd of retries the most, and may retry at once);
 `jitter=0.0` none; the default 0.5 keeps at least half the base and spreads the rest.
 
-This module starts executions only through the engine (`start_next_attempt`), names no
-Redis command, and decides nothing about when a worker is lost (`majordomus.sweeper`).
+This module declares; it starts nothing (the next attempt is started through the engine by
+`majordomus.attempts`), names no Redis command, and decides nothing about when a worker is
+lost (`majordomus.sweeper`).
 """
 
 from __future__ import annotations
@@ -43,13 +44,9 @@ import msgspec
 
 from majordomus.errors import ErrorCode, MajordomusError
 from majordomus.model import ExecutionDiagnostic
-from majordomus.start_options import StartOptions
-from majordomus.store.clock import now_stamp, stamp_of
 
 if TYPE_CHECKING:
-    from majordomus.engine import Engine
     from majordomus.model import ExecutionSnapshot
-    from majordomus.registry import Capability
 
 MAX_ATTEMPTS = 100
 """The most attempts a policy may declare (the first included)."""
@@ -219,31 +216,6 @@ def _type_name(tp: type) -> str:
 # -- the chain ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class NextAttempt:
-    """The attempt that retries a failed one: started, and due after `delay_ms`."""
-
-    execution_id: str
-    number: int
-    """Its attempt number along the chain (2 for the first retry)."""
-    attempts: int
-    """Attempts in all, as the policy declares."""
-    delay_ms: int | None
-    """Its backoff; None when it was found already started (by the process before)."""
-    due_at: str | None
-
-    def diagnostic(self) -> ExecutionDiagnostic:
-        """The `retry.scheduled` diagnostic the failed attempt carries."""
-        when = f" in {self.delay_ms} ms" if self.delay_ms is not None else ""
-        return ExecutionDiagnostic(
-            "info",
-            RETRY_SCHEDULED,
-            f"retried as {self.execution_id}: attempt {self.number} of {self.attempts}{when}",
-            f"due at {self.due_at}" if self.due_at else None,
-            f"follow it: executions.wait id={self.execution_id}; a cancel of it ends the chain",
-        )
-
-
 def exhausted(snap: ExecutionSnapshot, policy: Retry) -> ExecutionDiagnostic:
     """The `retry.exhausted` diagnostic of a chain's last attempt."""
     return ExecutionDiagnostic(
@@ -258,49 +230,3 @@ def attempts_left(snap: ExecutionSnapshot, policy: Retry) -> bool:
     """Whether a failed attempt (its snapshot before the failure) may be retried: attempts
     remain after it. An execution that never started counts as its first attempt."""
     return max(1, snap.attempt) < policy.attempts
-
-
-async def start_next_attempt(
-    engine: Engine,
-    cap: Capability,
-    snap: ExecutionSnapshot,
-    worker_input: bytes | None,
-    *,
-    floor_ms: int = 0,
-    timeout_ms: int | None = None,
-) -> NextAttempt:
-    """Start the attempt after `snap` (a failed attempt of `cap`, not yet ended: its
-    terminal event follows this), due after the policy's delay (at least `floor_ms`).
-
-    Its input is the failed attempt's unredacted one (`worker_input`, as the worker or the
-    sweeper read it), its actor, episode and priority the same. The store writes the
-    links both ways in the step that creates it, and its idempotency key
-    (`retry:<failed id>`) makes any repeat of this call, by this process or another,
-    answer that one execution: a chain never forks. One found already linked
-    (`retried_as`) is answered as it is. `timeout_ms` is the start's own bound on its
-    running time, when it gave one (the worker knows it): every attempt keeps it.
-    """
-    policy = cap.retry
-    assert policy is not None, f"{cap.id} declares no retry policy"
-    number = max(1, snap.attempt) + 1
-    if isinstance(snap.retried_as, str):
-        return NextAttempt(snap.retried_as, number, policy.attempts, None, None)
-    delay = max(floor_ms, policy.delay_ms(number - 1))
-    due_ms = now_stamp()[1] + delay
-    plain = msgspec.json.decode(worker_input) if worker_input else None
-    started = await engine.start(
-        cap.id,
-        plain,
-        actor=snap.actor,
-        episode=snap.episode if isinstance(snap.episode, str) else None,
-        options=StartOptions(
-            start_at_ms=due_ms,
-            priority=snap.priority,
-            idempotency_key=RETRY_KEY_PREFIX + snap.id,
-            retry_of=snap.id,
-            attempts_before=number - 1,
-            timeout_ms=timeout_ms,
-        ),
-    )
-    due_at = started.due_at if isinstance(started.due_at, str) else stamp_of(due_ms)
-    return NextAttempt(started.id, number, policy.attempts, delay, due_at)

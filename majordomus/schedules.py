@@ -37,10 +37,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from majordomus.clock import stamp_of
 from majordomus.errors import MajordomusError, invalid_input
 from majordomus.priorities import Priority
 from majordomus.schemas import PROBLEMS
-from majordomus.store.clock import stamp_of
 
 if TYPE_CHECKING:
     from croniter import croniter

@@ -30,6 +30,7 @@ from typing import Annotated, Any
 import msgspec
 
 from majordomus.config import LIMITS
+from majordomus.docstrings import field_docs
 from majordomus.errors import MajordomusError, invalid_input
 
 REDACTED = "«redacted»"
@@ -186,8 +187,6 @@ def _excludes_null(node: dict[str, Any]) -> bool:
 
 
 def _describe_fields(tp: Any, defs: dict[str, Any]) -> None:
-    from majordomus.docs import field_docs
-
     for struct in _struct_types(msgspec.inspect.type_info(tp), set()):
         entry = defs.get(struct.cls.__name__)
         if entry is None:

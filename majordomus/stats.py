@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
-from majordomus.store.clock import now_stamp, stamp_of
+from majordomus.clock import now_stamp, stamp_of
 from majordomus.store.rollup import Minute, Tally, percentile
 
 if TYPE_CHECKING:

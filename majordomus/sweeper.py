@@ -47,16 +47,17 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from majordomus import clock
+from majordomus.attempts import start_next_attempt
+from majordomus.clock import now_stamp
 from majordomus.config import Settings
 from majordomus.errors import MajordomusError
 from majordomus.loops import Failures, stop_task, within
 from majordomus.metrics import METRICS
 from majordomus.model import ExecutionDiagnostic
 from majordomus.registry import Registry
-from majordomus.retries import attempts_left, exhausted, start_next_attempt
+from majordomus.retries import attempts_left, exhausted
 from majordomus.states import FINAL
-from majordomus.store import clock
-from majordomus.store.clock import now_stamp
 from majordomus.store.executions import AppendResult, EventWrite, Store
 from majordomus.store.failures import UNREACHABLE
 from majordomus.store.workers import PRESENCE_SECONDS

@@ -33,6 +33,8 @@ from typing import Any
 
 import msgspec
 
+from majordomus import clock
+from majordomus.clock import stamp_of
 from majordomus.engine import Engine
 from majordomus.errors import MajordomusError
 from majordomus.loops import Failures, stop_task
@@ -53,8 +55,6 @@ from majordomus.schedules import (
 )
 from majordomus.schemas import validate_input
 from majordomus.start_options import StartOptions
-from majordomus.store import clock
-from majordomus.store.clock import stamp_of
 from majordomus.store.schedules import ScheduleStore
 
 log = logging.getLogger("majordomus.ticker")

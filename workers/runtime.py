@@ -25,7 +25,9 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from majordomus.attempts import start_next_attempt
 from majordomus.children.pool import ChildDied, Children
+from majordomus.clock import now_stamp
 from majordomus.config import Settings
 from majordomus.context import ExecutionCancelled, ExecutionContext, error_of
 from majordomus.engine import Engine, call_handler, output_decoder
@@ -34,10 +36,9 @@ from majordomus.loops import Failures, stop_task, within
 from majordomus.metrics import METRICS
 from majordomus.model import ExecutionDiagnostic
 from majordomus.registry import Capability, Registry
-from majordomus.retries import attempts_left, exhausted, start_next_attempt
+from majordomus.retries import attempts_left, exhausted
 from majordomus.schemas import has_sensitive, redact, secret_values
 from majordomus.states import FINAL
-from majordomus.store.clock import now_stamp
 from majordomus.store.connect import RedisClient
 from majordomus.store.executions import encode
 from majordomus.store.failures import UNREACHABLE

@@ -41,9 +41,9 @@ from typing import Any, TypeVar
 
 from arq.worker import Worker
 
+from majordomus import clock
 from majordomus.loops import Failures, within
 from majordomus.metrics import METRICS
-from majordomus.store import clock
 from majordomus.store.queue import BLOCK_MAX_SECONDS, Take, Taken
 from majordomus.workers.runtime import WorkerRuntime
 from majordomus.workers.settings import MAJORDOMUS_WORKER

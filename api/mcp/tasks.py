@@ -56,6 +56,7 @@ from pydantic import Field
 from majordomus.api.errors import classify
 from majordomus.api.mcp.episodes import EPISODE_META, HeldEpisodes, McpConnection
 from majordomus.api.mcp.results import error_result, ok_result
+from majordomus.clock import now_stamp, stamp_of
 from majordomus.config import LIMITS, Settings
 from majordomus.engine import Engine
 from majordomus.errors import HTTP_STATUS, ExecutionError, MajordomusError
@@ -78,7 +79,6 @@ from majordomus.model import (
 from majordomus.registry import Capability, TaskSupport
 from majordomus.retries import MAX_ATTEMPTS
 from majordomus.states import FINAL
-from majordomus.store.clock import now_stamp, stamp_of
 from majordomus.store.tasks import TaskRead, TaskRecord, TaskStore
 
 EXTENSION = "io.modelcontextprotocol/tasks"

@@ -6,7 +6,7 @@ Nothing here declares a capability; each stays one `@capability(...)` in its mod
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, TypedDict
+from typing import TYPE_CHECKING, Annotated, TypedDict, cast
 
 import msgspec
 
@@ -45,7 +45,9 @@ def control(tag: str, stability: Stability = "stable") -> ControlDeclaration:
 
 
 def engine_of(ctx: Context) -> Engine:
-    """The engine a built-in runs on; it is never called without one, but say so if it is."""
+    """The engine a built-in runs on; it is never called without one, but say so if it is.
+    (A context knows its engine by the little it uses itself: every context is made by an
+    `Engine`, which is above the context's module.)"""
     if ctx.engine is None:
         raise MajordomusError("unavailable", "this capability needs a running engine")
-    return ctx.engine
+    return cast("Engine", ctx.engine)

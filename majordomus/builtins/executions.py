@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from majordomus import bulk
+import majordomus.bulk as bulk
+from majordomus import clock
 from majordomus.builtins.common import Cursor, NonNegative, control, engine_of
 from majordomus.bulk import BULK_RETRY, CancelMatchingOutput, RetryMatchingOutput
 from majordomus.config import clamp
@@ -33,7 +34,6 @@ from majordomus.priorities import Priority
 from majordomus.registry import capability
 from majordomus.schemas import INPUT_OF
 from majordomus.start_options import StartOptions
-from majordomus.store import clock
 
 if TYPE_CHECKING:
     from majordomus.context import Context

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from majordomus.builtins.common import control, engine_of
+from majordomus.clock import now_stamp
 from majordomus.errors import not_found
 from majordomus.registry import capability
 from majordomus.reports import (
@@ -27,7 +28,6 @@ from majordomus.reports import (
     worker_presence,
     worker_report,
 )
-from majordomus.store.clock import now_stamp
 
 if TYPE_CHECKING:
     from majordomus.context import Context

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
+from majordomus import clock
 from majordomus.builtins.common import control, engine_of
 from majordomus.errors import MajordomusError, invalid_input, not_found, refused
 from majordomus.model import ExecutionSnapshot
@@ -33,7 +34,6 @@ from majordomus.schedules import (
     view_of,
 )
 from majordomus.schemas import INPUT_OF
-from majordomus.store import clock
 
 if TYPE_CHECKING:
     from majordomus.context import Context

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from majordomus.cli import processes
+import majordomus.cli.processes as processes
 
 app = typer.Typer(
     help="majordomus: run capabilities as executions anyone can watch.",

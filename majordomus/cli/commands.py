@@ -46,7 +46,8 @@ from majordomus.cli.help import (
 from majordomus.cli.transport import Direct, Transport, transport
 from majordomus.client.transports import store_failure, typed
 from majordomus.config import settings
-from majordomus.docs import field_docs, type_text
+from majordomus.docs import type_text
+from majordomus.docstrings import field_docs
 from majordomus.errors import EXIT_CODE, ExecutionError, MajordomusError, invalid_input
 from majordomus.ids import require_execution_id
 from majordomus.loading import load_capabilities

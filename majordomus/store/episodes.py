@@ -13,11 +13,11 @@ from collections.abc import Sequence
 import msgspec
 from msgspec import UNSET
 
+from majordomus.clock import now_stamp, stamp_of
 from majordomus.config import LIMITS, Settings
 from majordomus.episodes import CloseReason, Episode, EpisodeState, HolderKind, hold_seconds
 from majordomus.errors import not_found
 from majordomus.store.base import StoreBase
-from majordomus.store.clock import now_stamp, stamp_of
 from majordomus.store.connect import RedisClient
 
 log = logging.getLogger("majordomus.episodes")

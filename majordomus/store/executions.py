@@ -23,12 +23,12 @@ import msgspec
 from redis.asyncio.client import Pipeline
 from redis.commands.core import AsyncScript
 
+from majordomus.clock import now_stamp, stamp_of
 from majordomus.config import LIMITS, Settings
 from majordomus.ids import new_execution_id
 from majordomus.priorities import HEAD_START, tie_rank
 from majordomus.store.base import StoreBase
 from majordomus.store.batching import BatchedScript
-from majordomus.store.clock import now_stamp, stamp_of
 from majordomus.store.cluster import is_cluster
 from majordomus.store.connect import RedisClient
 from majordomus.store.feed import FeedStore

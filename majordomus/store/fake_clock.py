@@ -5,7 +5,7 @@ the module `time` that four of its modules import: `TIME` (which every script of
 asks for due times, leases and slots), the clock each command sets on every database
 before it runs (key expiry: `PX`, `PEXPIRE`, `TTL`, so leases and locks run out), stream
 ids of `XADD *`, and hash fields' and stream entries' ages. `follow_the_clock()` points
-those four names at a stand-in that answers `majordomus.store.clock.now()` for `time()`
+those four names at a stand-in that answers `majordomus.clock.now()` for `time()`
 and is the real module for everything else; `leave_the_clock()` gives them back. So a
 test that skips time on the virtual clock (`majordomus.testing`) skips it in the server
 too, and the same scripts decide what is due.
@@ -24,7 +24,7 @@ import time
 from types import ModuleType
 from typing import Any
 
-from majordomus.store import clock
+from majordomus import clock
 
 CLOCK_READERS = (
     "fakeredis._socket._base",  # each command's clock (key expiry)

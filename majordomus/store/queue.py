@@ -21,10 +21,10 @@ from typing import Any, NamedTuple
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
+from majordomus import clock
+from majordomus.clock import now_stamp
 from majordomus.config import Settings
-from majordomus.store import clock
 from majordomus.store.base import StoreBase
-from majordomus.store.clock import now_stamp
 from majordomus.store.cluster import is_cluster
 from majordomus.store.connect import RedisClient, is_in_process
 from majordomus.store.failures import UNREACHABLE

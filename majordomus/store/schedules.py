@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 import msgspec
 
+from majordomus.clock import now_stamp
 from majordomus.config import Settings
 from majordomus.schedules import Origin, ScheduleDefinition, StoredSchedule
 from majordomus.store.base import StoreBase
-from majordomus.store.clock import now_stamp
 from majordomus.store.connect import RedisClient
 from majordomus.store.sealing import Sealer
 

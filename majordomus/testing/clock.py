@@ -2,12 +2,12 @@
 
 `VirtualClock.time()` is `time.time()` plus every skip so far, so time runs as usual
 between skips (a start delayed by 50 ms still runs 50 ms later) and jumps ahead at each.
-Installed with `majordomus.store.clock.use`, it is what majordomus reads for due times,
+Installed with `majordomus.clock.use`, it is what majordomus reads for due times,
 leases, ticks and timestamps, and what fakeredis reads for `TIME` and key expiry
 (`majordomus.store.fake_clock`). It never goes back.
 
 The loops that sleep until something is due (the ticker, the sweeper) sleep through it
-(`majordomus.store.clock.sleep`): a skip wakes them, and a loop that was busy when the
+(`majordomus.clock.sleep`): a skip wakes them, and a loop that was busy when the
 clock skipped goes round once more before it sleeps again. `settled()` waits until every
 such loop has gone round at the new time and is asleep again: the ticks that came due are
 started and the sweeper's pass is done. Elapsed time (`time.monotonic()`, the event

@@ -12,7 +12,7 @@ stubbed: executions are created, taken, run and ended by the same scripts and co
 production, and their events are read back through the engine (or `env.client`).
 
 On fakeredis, time can be skipped (`skip`): the environment puts a virtual clock in
-majordomus's clock's place (`majordomus.store.clock.use`) and has fakeredis read it, and
+majordomus's clock's place (`majordomus.clock.use`) and has fakeredis read it, and
 `majordomus.testing.skipping` moves it ahead, letting what comes due run at each moment.
 One such environment runs at a time in a process (the clock is the process's). On a real
 server (`"embedded"` or a URL) the server's own clock decides, and `skip` refuses.
@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from majordomus import clock
 from majordomus.builtins import MODULES as BUILTIN_MODULES
 from majordomus.config import Settings
 from majordomus.engine import Engine
@@ -40,7 +41,6 @@ from majordomus.errors import refused
 from majordomus.loading import load_capabilities
 from majordomus.loops import within
 from majordomus.registry import Registry
-from majordomus.store import clock
 from majordomus.store.testing import forget_prefix, severable
 from majordomus.sweeper import Sweeper, concurrency_of
 from majordomus.testing.clock import VirtualClock

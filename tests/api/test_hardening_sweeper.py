@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from majordomus.api.app import api_redis
+from majordomus.clock import now_stamp
 from majordomus.config import Settings
 from majordomus.engine import Engine
 from majordomus.loading import load_capabilities
-from majordomus.store.clock import now_stamp
 from majordomus.store.connect import connect
 from majordomus.sweeper import Sweeper
 from tests.conftest import make_settings

@@ -16,8 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from majordomus.api.app import create_app
 from majordomus.engine import Engine
-from majordomus.metrics import METRICS, cluster_families
+from majordomus.metrics import METRICS
 from majordomus.registry import REGISTRY
+from majordomus.scrape import cluster_families
 from majordomus.store.connect import connect
 from majordomus.store.embedded import EmbeddedRedis, free_port
 from tests.api.conftest import TOKEN, ApiProcess, WorkerChild, start, wait_final

@@ -12,8 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from majordomus.engine import Engine
 from majordomus.loops import Failures, loop_name
-from majordomus.metrics import METRICS, cluster_families, exposition
+from majordomus.metrics import METRICS, exposition
 from majordomus.registry import REGISTRY
+from majordomus.scrape import cluster_families
 from majordomus.store.failures import UNREACHABLE
 from tests.conftest import make_settings
 
@@ -107,13 +108,13 @@ async def test_a_scrape_answers_without_the_queue_when_redis_is_slow(
 ) -> None:
     import asyncio
 
-    import majordomus.metrics as metrics
+    import majordomus.scrape as scrape
 
     async def hangs(engine: Engine) -> Any:
         await asyncio.sleep(60)
 
-    monkeypatch.setattr(metrics, "queue_report", hangs)
-    monkeypatch.setattr(metrics, "SCRAPE_REDIS_SECONDS", 0.2)
+    monkeypatch.setattr(scrape, "queue_report", hangs)
+    monkeypatch.setattr(scrape, "SCRAPE_REDIS_SECONDS", 0.2)
     samples = scraped(await cluster_families(engine))
     assert sample(samples, "majordomus_redis_up") == 0
     assert not any(name == "majordomus_queue_depth" for name, _ in samples)

@@ -9,12 +9,12 @@ import time
 import msgspec
 import pytest
 
+from majordomus.clock import now_stamp
 from majordomus.config import LIMITS
 from majordomus.engine import Engine
 from majordomus.errors import MajordomusError
 from majordomus.start_options import StartOptions
 from majordomus.states import STATES, may_move_to
-from majordomus.store.clock import now_stamp
 from majordomus.store.executions import IdTaken, encode
 
 FAILED = encode({"error": {"code": "internal", "message": "x", "correlation_id": "c"}})

@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from majordomus.builtins.executions import DemoInput, EventsInput
-from majordomus.docs import field_docs
+from majordomus.docstrings import field_docs
 from majordomus.errors import MajordomusError
 from majordomus.sanitize import sanitize_log_line
 from majordomus.schemas import REDACTED, coerce_strings, redact, schema_of, validate_input

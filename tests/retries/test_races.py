@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from majordomus.attempts import start_next_attempt
+from majordomus.clock import now_stamp
 from majordomus.engine import Engine
-from majordomus.retries import RETRY_SCHEDULED, start_next_attempt
-from majordomus.store.clock import now_stamp
+from majordomus.retries import RETRY_SCHEDULED
 from majordomus.sweeper import LOST_RETRY_FLOOR_MS, Sweeper
 from tests.conftest import _redis_url
 from tests.retries.conftest import REGISTRY, engine_on, forget_prefix

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from majordomus.store import clock
+from majordomus import clock
 from majordomus.store.connect import connect
 from majordomus.testing import Environment
 from tests.testing.capabilities import KIT, running

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from majordomus import clock
 from majordomus.config import Settings
-from majordomus.store import clock
 from majordomus.store.connect import connect
 from majordomus.store.fake_clock import (
     CLOCK_READERS,

@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from majordomus import clock
 from majordomus.errors import MajordomusError
-from majordomus.store import clock
 from majordomus.testing import Environment
 from tests.testing.capabilities import KIT, TEN_MINUTES_MS, running
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from majordomus.clock import now_stamp
 from majordomus.engine import Engine
 from majordomus.schedules import ScheduleDefinition
 from majordomus.start_options import StartOptions
-from majordomus.store.clock import now_stamp
 from majordomus.store.schedules import ScheduleStore
 from majordomus.store.sealing import MAGIC, Sealer, SealError, new_key
 from tests.conftest import make_settings, running_worker

@@ -18,11 +18,11 @@ from redis.asyncio import Connection, Redis
 
 import majordomus.sweeper as sweeper_module
 from majordomus.api.app import create_app
+from majordomus.clock import now_stamp
 from majordomus.config import Settings
 from majordomus.engine import Engine
 from majordomus.model import event_type_of
 from majordomus.reports import worker_presence
-from majordomus.store.clock import now_stamp
 from majordomus.store.executions import Store
 from majordomus.store.workers import PRESENCE_SECONDS
 from majordomus.sweeper import LOCK_SWEEPS, Sweeper, sweep_interval
