@@ -182,7 +182,7 @@ async def _dev(
     sock: socket.socket | None,
     choice: LoopChoice,
 ) -> None:
-    from majordomus.workers.settings import build_worker
+    from majordomus.workers.worker import build_worker
 
     registry = load_capabilities(settings.capabilities)
     api_client = redis.api_client(API_MAX_CONNECTIONS, client_name())

@@ -262,7 +262,7 @@ async def engine(redis: Any, settings: Settings) -> Engine:
 @contextlib.asynccontextmanager
 async def running_worker(redis: Any, cfg: Settings, **overrides: Any) -> AsyncIterator[Any]:
     """An in-process worker on the test's Redis, stopped when the block ends."""
-    from majordomus.workers.settings import build_worker
+    from majordomus.workers.worker import build_worker
 
     worker = build_worker(cfg, redis=redis, handle_signals=False, **overrides)
     task = asyncio.create_task(worker.async_run())

@@ -260,3 +260,137 @@ def test_only_a_shim_imports_a_private_module_of_another_library() -> None:
         for line, name in _private_imports(ast.parse(path.read_text()))
     ]
     assert found == []
+
+
+# -- layers a newcomer can draw ----------------------------------------------------------------
+
+
+def _module_name(path: Path) -> str:
+    """The module a file is, as installed (`api/app.py` is `majordomus.api.app`)."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[0] in ("api", "workers"):
+        parts.insert(0, "majordomus")
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _import_graph() -> dict[str, dict[str, int]]:
+    """Each module's imports of the package's modules, with a line of each: every import,
+    at the top, inside a function or under `TYPE_CHECKING` alike (a module that needs
+    another's types needs the module). `from package import name` is an import of the
+    submodule `package.name` where there is one, else of the package."""
+    paths = {_module_name(p): p for p in _modules()}
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: dict[str, int] = {}
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([base] if base else [])])
+                subs = [f"{base}.{alias.name}" for alias in node.names]
+                targets = [s for s in subs if s in paths] or [base]
+            else:
+                continue
+            for target in targets:
+                while target and target not in paths:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    edges.setdefault(target, node.lineno)
+        graph[name] = edges
+    return graph
+
+
+def _circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected parts of more than one module (Tarjan's, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(graph[nxt])))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    part = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        part.append(member)
+                        if member == node:
+                            break
+                    if len(part) > 1:
+                        circles.append(sorted(part))
+    return circles
+
+
+def test_no_import_circle_anywhere() -> None:
+    graph = _import_graph()
+    shown = [
+        " <-> ".join(part)
+        + ": "
+        + "; ".join(f"{a} -> {b} (line {graph[a][b]})" for a in part for b in graph[a] if b in part)
+        for part in _circles(graph)
+    ]
+    assert shown == []
+
+
+def test_the_circle_finder_finds_circles() -> None:
+    assert _circles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [
+        ["a", "b", "c"]
+    ]
+    assert _circles({"a": {"b": 1}, "b": {}}) == []
+    graph = _import_graph()
+    assert "majordomus.engine" in graph["majordomus.api.app"]  # the links are followed
+    assert "majordomus.registry" in graph["majordomus.engine"]
+
+
+def _below(graph: dict[str, dict[str, int]], name: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [name]
+    while todo:
+        for nxt in graph[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_the_store_stands_only_on_what_is_below_it() -> None:
+    """The store imports, of the rest of the package, only modules that never reach the
+    store themselves (errors, configuration, ids, states, the declarations of schedules and
+    episodes): the ground it stands on."""
+    graph = _import_graph()
+    store = {name for name in graph if name.startswith("majordomus.store")}
+    found = [
+        f"{name} imports {used} (line {line}), which reaches the store: "
+        + ", ".join(sorted(_below(graph, used) & store)[:3])
+        for name in sorted(store)
+        for used, line in graph[name].items()
+        if used not in store and _below(graph, used) & store
+    ]
+    assert found == []

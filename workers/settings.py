@@ -14,7 +14,6 @@ the worker names (its queue, its health record, and the executions' keys, which
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Any
 
 import msgspec
@@ -24,7 +23,7 @@ from arq.worker import func
 from majordomus.config import Settings, settings
 from majordomus.loading import load_capabilities
 from majordomus.registry import Registry
-from majordomus.store.connect import DEFAULT_URL, connect
+from majordomus.store.connect import DEFAULT_URL
 from majordomus.store.keys import Keys
 from majordomus.store.queue import RUN_EXECUTION
 from majordomus.store.urls import is_cluster_url, is_sentinel_url
@@ -118,22 +117,3 @@ class WorkerSettings:
         if is_cluster_url(_cfg.redis_url) or is_sentinel_url(_cfg.redis_url)
         else RedisSettings.from_dsn(_cfg.redis_url or DEFAULT_URL)
     )
-
-
-def build_worker(cfg: Settings, redis: Any = None, **overrides: Any) -> Any:
-    """A `MajordomusWorker` on `redis` (an ArqRedis, or None to connect from the settings),
-    with arq's options `overrides`; `registry=` runs that registry's capabilities (the
-    testing kit's) rather than the modules the settings name."""
-    registry: Registry | None = overrides.pop("registry", None)
-    from majordomus.workers.worker import MajordomusWorker
-
-    # arq logs each job's start and end at INFO; its warnings and errors still show.
-    logging.getLogger("arq.worker").setLevel(logging.WARNING)
-    options = worker_options(cfg)
-    options.update(overrides)
-    if redis is None:
-        redis = connect(cfg.redis_url, arq=True)
-    ctx: dict[str, Any] = {"settings": cfg}
-    if registry is not None:
-        ctx["majordomus_registry"] = registry
-    return MajordomusWorker(redis_pool=redis, ctx=ctx, **options)

@@ -42,11 +42,14 @@ from typing import Any, TypeVar
 from arq.worker import Worker
 
 from majordomus import clock
+from majordomus.config import Settings
 from majordomus.loops import Failures, within
 from majordomus.metrics import METRICS
+from majordomus.registry import Registry
+from majordomus.store.connect import connect
 from majordomus.store.queue import BLOCK_MAX_SECONDS, Take, Taken
 from majordomus.workers.runtime import WorkerRuntime
-from majordomus.workers.settings import MAJORDOMUS_WORKER
+from majordomus.workers.settings import MAJORDOMUS_WORKER, worker_options
 
 log = logging.getLogger("majordomus.worker")
 
@@ -342,3 +345,20 @@ class MajordomusWorker(Worker):
         """Until every job this worker started has ended, those started meanwhile too."""
         while pending := [t for t in self.tasks.values() if not t.done()]:
             await asyncio.wait(pending)
+
+
+def build_worker(cfg: Settings, redis: Any = None, **overrides: Any) -> Any:
+    """A `MajordomusWorker` on `redis` (an ArqRedis, or None to connect from the settings),
+    with arq's options `overrides`; `registry=` runs that registry's capabilities (the
+    testing kit's) rather than the modules the settings name."""
+    registry: Registry | None = overrides.pop("registry", None)
+    # arq logs each job's start and end at INFO; its warnings and errors still show.
+    logging.getLogger("arq.worker").setLevel(logging.WARNING)
+    options = worker_options(cfg)
+    options.update(overrides)
+    if redis is None:
+        redis = connect(cfg.redis_url, arq=True)
+    ctx: dict[str, Any] = {"settings": cfg}
+    if registry is not None:
+        ctx["majordomus_registry"] = registry
+    return MajordomusWorker(redis_pool=redis, ctx=ctx, **options)

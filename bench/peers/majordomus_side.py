@@ -12,7 +12,7 @@ from __future__ import annotations
 import wire
 
 from majordomus.config import settings
-from majordomus.workers.settings import build_worker
+from majordomus.workers.worker import build_worker
 
 if __name__ == "__main__":
     arguments = wire.arguments()

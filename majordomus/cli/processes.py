@@ -187,7 +187,7 @@ def worker(
     """Run an arq worker on MAJORDOMUS_REDIS_URL (default redis://127.0.0.1:6379/0)."""
     _logging()
     _require_redis()
-    from majordomus.workers.settings import build_worker
+    from majordomus.workers.worker import build_worker
 
     _serve_worker_metrics(metrics_host)
     overrides = {"max_jobs": max_jobs} if max_jobs else {}

@@ -26,7 +26,7 @@ from majordomus.loops import within
 from majordomus.registry import Registry
 from majordomus.store.testing import Severance, drop_connections
 from majordomus.workers.runtime import WorkerRuntime
-from majordomus.workers.settings import build_worker
+from majordomus.workers.worker import build_worker
 
 START_SECONDS = 10.0
 """How long a worker has to run its start-up (subscribe, first beat) before it is an error."""

@@ -31,8 +31,8 @@ from arq.connections import ArqRedis
 from arq.worker import Worker
 
 from majordomus.store.keys import Keys
-from majordomus.workers.settings import build_worker, worker_options
-from majordomus.workers.worker import MajordomusWorker
+from majordomus.workers.settings import worker_options
+from majordomus.workers.worker import MajordomusWorker, build_worker
 from tests.conftest import make_settings
 
 ROOT = Path(__file__).resolve().parents[2]
