@@ -14,14 +14,12 @@ import functools
 import hashlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, TypeVar
 
 import msgspec
 
-from majordomus.clock import stamp_of
 from majordomus.config import LIMITS, Settings, clamp
 from majordomus.context import Context
 from majordomus.declarations import declaration_of, published
@@ -55,15 +53,12 @@ from majordomus.model import (
     CancelOutput,
     CreatedData,
     EventHistory,
-    ExecutionDiagnostic,
     ExecutionEvent,
     ExecutionLinks,
     ExecutionList,
     ExecutionSnapshot,
     LiveChannel,
-    ProgressView,
     ProtocolInfo,
-    StepView,
     StoredEventHistory,
     StoredForm,
     StreamMessage,
@@ -90,6 +85,7 @@ from majordomus.store.executions import (
 )
 from majordomus.store.failures import UNREACHABLE, RedisTimeout
 from majordomus.store.feed import CURSOR_SEPARATOR, FeedBounds, FeedEntry
+from majordomus.store.stored_format import snapshot_of
 
 ID_DRAWS = 5
 """How many ids a start draws before it gives up. An id carries 32 random bits a second: at
@@ -110,11 +106,6 @@ MatchedPage = list[tuple[str, float, list[bytes | None]]]
 SortWindow = list[tuple[str, int, float]]
 Searchables = list[tuple[str, tuple[str, ...]]]
 """Capabilities with searchable members: each its id and those members."""
-
-_steps_decoder = msgspec.json.Decoder(list[StepView])
-_diags_decoder = msgspec.json.Decoder(list[ExecutionDiagnostic])
-_error_decoder = msgspec.json.Decoder(ExecutionError)
-_progress_decoder = msgspec.json.Decoder(ProgressView)
 
 
 class _Sequence(msgspec.Struct):
@@ -458,35 +449,10 @@ class Engine:
             return await self._held(key or "", created, fingerprint)
         METRICS.execution_started(cap.id)
         METRICS.events_appended(2)  # execution.created, execution.queued
-        # Built here rather than read back: the answer is the queued snapshot even when a
-        # worker has already picked the execution up.
-        unset = msgspec.UNSET
-        due_ms = options.start_at_ms
-        delayed = due_ms is not None and due_ms > _epoch_ms(created.created_at)
-        return ExecutionSnapshot(
-            id=execution_id,
-            capability=cap.id,
-            title=cap.title,
-            state="queued",
-            created_at=created.created_at,
-            input=shown,
-            steps=[],
-            diagnostics=[],
-            last_sequence=2,
-            event_count=2,
-            events_truncated=False,
-            cancellable=cap.cancellable,
-            actor=actor,  # type: ignore[arg-type]
-            episode=episode if episode else unset,
-            attempt=options.attempts_before,
-            priority=priority,
-            due_at=stamp_of(due_ms) if delayed and due_ms is not None else unset,
-            idempotency_key=key if key else unset,
-            schedule=options.schedule or unset,
-            retry_of=options.retry_of or unset,
-            correlation_id=execution_id,
-            links=self.links(execution_id),
-        )
+        # The hash the create wrote, read as any snapshot is, rather than read back: the
+        # answer is the queued snapshot even when a worker has already picked it up.
+        assert created.stored is not None
+        return self.snapshot_from(created.stored)
 
     async def _held(self, key: str, created: Created, fingerprint: str) -> ExecutionSnapshot:
         """The answer of a start whose idempotency key an execution already holds: that
@@ -917,43 +883,9 @@ class Engine:
             live=f"{LIVE_PATH}?execution={execution_id}",
         )
 
-    def snapshot_from(self, raw: dict[bytes, bytes]) -> ExecutionSnapshot:
-        execution_id = raw[b"id"].decode()
-        last_seq = int(raw[b"last_seq"])
-        unset = msgspec.UNSET
-        return ExecutionSnapshot(
-            id=execution_id,
-            capability=raw[b"capability"].decode(),
-            title=raw[b"title"].decode(),
-            state=raw[b"state"].decode(),  # type: ignore[arg-type]
-            created_at=raw[b"created_at"].decode(),
-            started_at=_text(raw.get(b"started_at")),
-            finished_at=_text(raw.get(b"finished_at")),
-            duration_ms=int(raw[b"duration_ms"]) if b"duration_ms" in raw else unset,
-            input=msgspec.json.decode(raw[b"input"]),
-            output=msgspec.json.decode(raw[b"output"]) if b"output" in raw else unset,
-            error=_error_decoder.decode(raw[b"error"]) if b"error" in raw else unset,
-            progress=_progress_decoder.decode(raw[b"progress"]) if b"progress" in raw else unset,
-            steps=_steps_decoder.decode(raw.get(b"steps", b"[]")),
-            steps_dropped=int(raw.get(b"steps_dropped", 0)),
-            diagnostics=_diags_decoder.decode(raw.get(b"diagnostics", b"[]")),
-            last_sequence=last_seq,
-            event_count=last_seq,  # sequences are dense: every event ever appended
-            events_truncated=last_seq > LIMITS.stream_events,
-            cancellable=raw.get(b"cancellable") == b"1",
-            actor=raw.get(b"actor", b"internal").decode(),  # type: ignore[arg-type]
-            episode=_text(raw.get(b"episode")),
-            worker=_text(raw.get(b"worker")),
-            attempt=int(raw.get(b"attempt", 0)),
-            priority=raw.get(b"priority", b"normal").decode(),  # type: ignore[arg-type]
-            due_at=_text(raw.get(b"due_at")),
-            idempotency_key=_text(raw.get(b"idempotency_key")),
-            schedule=_text(raw.get(b"schedule")),
-            retry_of=_text(raw.get(b"retry_of")),
-            retried_as=_text(raw.get(b"retried_as")),
-            correlation_id=execution_id,
-            links=self.links(execution_id),
-        )
+    def snapshot_from(self, raw: Mapping[bytes, bytes]) -> ExecutionSnapshot:
+        """A snapshot hash as the execution it stores (`stored_format.snapshot_of`)."""
+        return snapshot_of(raw, self.links)
 
 
 def as_declared(cap: Capability, output: Any) -> Any:
@@ -980,10 +912,6 @@ async def call_handler(cap: Capability, ctx: Context, value: Any) -> Any:
     if _is_async(cap.handler):
         return await cap.handler(ctx, value)
     return await in_thread(cap.handler, ctx, value)
-
-
-def _text(value: bytes | None) -> Any:
-    return value.decode() if value is not None else msgspec.UNSET
 
 
 def ended_badly(snap: ExecutionSnapshot) -> MajordomusError:
@@ -1013,11 +941,6 @@ def _fingerprint(capability: str, plain: Any) -> str:
     sorted, secrets included, so two starts differing only in a secret differ), hashed."""
     body = json.dumps([capability, plain], sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(body.encode()).hexdigest()[:32]
-
-
-def _epoch_ms(stamp: str) -> int:
-    """An RFC 3339 UTC stamp of the store's (`...T12:00:00.000Z`) as epoch ms."""
-    return int(datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp() * 1000)
 
 
 def _unknown(execution_id: str) -> MajordomusError:

@@ -95,6 +95,9 @@ class Created:
     held_by: str | None = None
     """The execution that already holds the idempotency key (nothing was created)."""
     held_fingerprint: str = ""
+    stored: dict[bytes, bytes] | None = None
+    """The snapshot hash as the create wrote it (`created_hash`), but its `order`: what a
+    start answers, read as any snapshot is (`stored_format.snapshot_of`)."""
 
 
 def _envelopes(entries: Sequence[Any]) -> list[bytes]:
@@ -257,7 +260,7 @@ class ExecutionStore(StoreBase):
             return Created(0, stamp, held_by=_text(answer[1]), held_fingerprint=_text(answer[2]))
         if code < 0:
             raise IdTaken(f"execution id {execution_id} already exists")
-        return Created(code, stamp)
+        return Created(code, stamp, stored=created_hash(args, code))
 
     def _append_call(
         self,
@@ -537,6 +540,58 @@ class ExecutionStore(StoreBase):
         merged = [(member.decode(), float(score)) for page in pages for member, score in page]
         merged.sort(key=lambda pair: pair[1], reverse=True)
         return [member for member, _ in merged[:count]]
+
+
+CREATED_FROM_ARGV: tuple[tuple[bytes, int], ...] = (
+    (b"capability", 3),
+    (b"attempt", 12),
+    (b"created_by", 13),
+    (b"created_ms", 2),
+    (b"id", 0),
+    (b"title", 4),
+    (b"input", 5),
+    (b"cancellable", 6),
+    (b"actor", 7),
+    (b"created_at", 1),
+    (b"priority", 10),
+    (b"qoffset", 11),
+)
+"""The snapshot's fields create.lua writes from its arguments: (field, argument's index
+from 0, ARGV's less one)."""
+
+CREATED_FROM_OPTIONS: dict[str, bytes] = {
+    "episode": b"episode",
+    "conc_limit": b"conc_limit",
+    "due_ms": b"due_ms",
+    "due_at": b"due_at",
+    "schedule": b"schedule",
+    "timeout_ms": b"timeout_ms",
+    "retry_of": b"retry_of",
+    "idempotency": b"idempotency_key",
+}
+"""The options of a create (name -> field) create.lua keeps in the snapshot."""
+
+CREATE_OPTIONS_AT = 15
+"""Where a create's options begin (ARGV[16], create.lua)."""
+
+
+def created_hash(args: Sequence[Any], ahead: int) -> dict[bytes, bytes]:
+    """The snapshot hash create.lua writes given `args` (its ARGV) and answering `ahead`, but
+    its `order` (the script's own count): tests/majordomus/test_stored_format.py compares it
+    with what the script wrote, through every option, so the two cannot drift apart."""
+    fields = {b"state": b"queued", b"last_seq": b"2", b"ahead": b"%d" % ahead}
+    for field, at in CREATED_FROM_ARGV:
+        fields[field] = _bytes(args[at])
+    for at in range(CREATE_OPTIONS_AT, len(args), 2):
+        kept = CREATED_FROM_OPTIONS.get(args[at])
+        if kept is not None:
+            fields[kept] = _bytes(args[at + 1])
+    return fields
+
+
+def _bytes(value: Any) -> bytes:
+    """An argument as Redis stores it (a number as its text)."""
+    return value if isinstance(value, bytes) else str(value).encode()
 
 
 def _append_result(raw: Any, requested: int) -> AppendResult:

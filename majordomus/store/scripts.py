@@ -2,10 +2,12 @@
 
 A script's text is read once and the state table is injected where it says `--@MOVES@`
 and `--@STATE_OF@` (and the roll-up's counting, `lua/rollup.lua`, where it says
-`--@ROLLUP@`), so the move rules in Lua are the ones of `majordomus.states`, never a
-second copy. Both are injected as one string each, searched with a plain `string.find`:
-a script's body runs on every call, and building the same rules as Lua tables cost each
-call more than the rest of a claim's own logic.
+`--@ROLLUP@`, and the function writing an event's envelope, generated from the model's
+`EventEnvelope` by `stored_format.envelope_lua`, where it says `--@ENVELOPE@`), so the
+move rules in Lua are the ones of `majordomus.states`, and the envelope the model's, never
+a second copy. The state table's two parts are injected as one string each, searched with
+a plain `string.find`: a script's body runs on every call, and building the same rules as
+Lua tables cost each call more than the rest of a claim's own logic.
 
 The scripts of the hot path (a start, a take, an append) are also given, as constants at
 their head (`with_constants`), what is the same for every call of one store on one
@@ -22,6 +24,7 @@ from functools import cache
 from pathlib import Path
 
 from majordomus.states import STATE_OF_EVENT, TRANSITIONS
+from majordomus.store.stored_format import envelope_lua
 
 LUA_DIR = Path(__file__).parent / "lua"
 
@@ -65,4 +68,5 @@ def load_script(name: str) -> str:
     text = (LUA_DIR / name).read_text()
     text = text.replace("--@MOVES@", moves())
     text = text.replace("--@ROLLUP@", (LUA_DIR / "rollup.lua").read_text())
+    text = text.replace("--@ENVELOPE@", envelope_lua())
     return text.replace("--@STATE_OF@", state_of())

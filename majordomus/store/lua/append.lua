@@ -36,6 +36,7 @@
 local MOVES = --@MOVES@
 local STATE_OF = --@STATE_OF@
 --@ROLLUP@
+--@ENVELOPE@
 
 local snap, stream = KEYS[1], KEYS[2]
 -- Text becomes a number only where arithmetic needs one (Lua reads a number with strtod
@@ -124,10 +125,6 @@ local function target_of(t)
   if not e then return nil end
   return string.match(STATE_OF, '^[^ ]+', e + 1)
 end
--- The parts of every envelope that do not change within the batch, joined once.
-local head_id = '{"schema_version":"1","event_id":"' .. id .. '#'
-local head_exec = '","execution_id":"' .. id .. '","sequence":'
-local head_ts = ',"timestamp":"' .. ts .. '","type":"'
 local progress = nil
 local last_sq = cur[2]  -- the last sequence as a string (Redis would format a number)
 
@@ -140,12 +137,7 @@ for i = 1, n do
   seq = seq + 1
   local sq = string.format('%d', seq)
   last_sq = sq
-  local env
-  if d ~= '' then
-    env = head_id .. sq .. head_exec .. sq .. head_ts .. t .. '","data":' .. d .. '}'
-  else
-    env = head_id .. sq .. head_exec .. sq .. head_ts .. t .. '"}'
-  end
+  local env = envelope(id, sq, ts, t, d)
   redis.call('XADD', stream, 'MAXLEN', STREAM_MAX, sq .. '-0', 'e', env)
   redis.call('XADD', FEED, 'MAXLEN', '~', FEED_MAX, '*', 'x', id, 's', sq, 'e', env)
   applied = applied + 1

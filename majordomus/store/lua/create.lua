@@ -37,6 +37,7 @@
 --       none: every argument costs Redis about as much as a small command, as it is read,
 --       then made a Lua value.
 -- Answers {ahead}, or {-2, held id, its fingerprint} for a held idempotency key.
+--@ENVELOPE@
 local snap, stream = KEYS[1], KEYS[2]
 -- The options a start has (most have none), and the keys that come with two of them.
 local opt = {}
@@ -150,12 +151,10 @@ if opt.timeout_ms then field('timeout_ms', opt.timeout_ms) end
 if opt.retry_of then field('retry_of', opt.retry_of) end
 if idem_key then field('idempotency_key', opt.idempotency) end
 redis.call('HSET', snap, unpack(created))
-local head = '{"schema_version":"1","event_id":"' .. id .. '#'
-local mid = '","execution_id":"' .. id .. '","sequence":'
-local e1 = head .. '1' .. mid .. '1,"timestamp":"' .. ts .. '","type":"execution.created","data":' .. ARGV[10] .. '}'
+local e1 = envelope(id, '1', ts, 'execution.created', ARGV[10])
 local queued = '{"ahead":' .. ahead_s
 if not ready then queued = queued .. ',"due_at":"' .. opt.due_at .. '"' end
-local e2 = head .. '2' .. mid .. '2,"timestamp":"' .. ts .. '","type":"execution.queued","data":' .. queued .. '}}'
+local e2 = envelope(id, '2', ts, 'execution.queued', queued .. '}')
 redis.call('XADD', stream, '1-0', 'e', e1)
 redis.call('XADD', stream, '2-0', 'e', e2)
 redis.call('XADD', FEED, 'MAXLEN', '~', FEED_MAX, '*', 'x', id, 's', 1, 'e', e1)

@@ -48,6 +48,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- snprintf('%.17g') each time it is passed, which costs more than most commands here).
 local now_s = string.format('%d', now)
 --@ROLLUP@
+--@ENVELOPE@
 
 -- Epoch ms as the store's timestamps (RFC 3339 UTC, milliseconds): the calendar from the
 -- day count (H. Hinnant's days-to-civil), for a take whose timestamp is the server's.
@@ -191,9 +192,7 @@ for j = 1, #cid do
   if go then
     local seq = tonumber(cur[5]) + 1
     local sq = string.format('%d', seq)
-    local env = '{"schema_version":"1","event_id":"' .. id .. '#' .. sq ..
-      '","execution_id":"' .. id .. '","sequence":' .. sq .. ',"timestamp":"' .. ts ..
-      '","type":"execution.started"}'
+    local env = envelope(id, sq, ts, 'execution.started', '')
     redis.call('XADD', snap .. ':events', sq .. '-0', 'e', env)
     redis.call('XADD', FEED, 'MAXLEN', '~', FEED_MAX, '*', 'x', id, 's', sq, 'e', env)
     redis.call('HSET', snap, 'state', 'running', 'started_at', ts, 'started_ms', now_s,
