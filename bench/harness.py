@@ -30,9 +30,9 @@ import psutil
 from majordomus.config import Settings
 from majordomus.engine import Engine
 from majordomus.loading import load_capabilities
+from majordomus.local.embedded import free_port
 from majordomus.registry import REGISTRY
 from majordomus.store.connect import connect
-from majordomus.store.embedded import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_PREFIX = os.environ.get("MAJORDOMUS_BENCH_PREFIX", "mdbench")

@@ -239,7 +239,7 @@ async def _main(args: argparse.Namespace) -> None:
     embedded = None
     url = args.redis_url
     if url is None:
-        from majordomus.store.embedded import EmbeddedRedis
+        from majordomus.local.embedded import EmbeddedRedis
 
         embedded = EmbeddedRedis().start()
         url = embedded.url

@@ -32,8 +32,8 @@ from bench.harness import (
     wait_for_workers,
 )
 from majordomus.engine import Engine
+from majordomus.local.embedded import EmbeddedRedis
 from majordomus.start_options import StartOptions
-from majordomus.store.embedded import EmbeddedRedis
 
 LATENESS_GOAL_MS = 5.0
 IDLE_GOAL = 1.0

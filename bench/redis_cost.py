@@ -28,7 +28,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from bench.harness import Bench, Row, children, fan_out, majordomus_worker, wait_for_workers
-from majordomus.store.embedded import EmbeddedRedis
+from majordomus.local.embedded import EmbeddedRedis
 
 CPU_GOAL_US = 150.0
 MAX_JOBS = 10

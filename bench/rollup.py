@@ -75,7 +75,7 @@ return 1
 
 
 async def run(bench: Bench) -> list[Row]:
-    from majordomus.store.embedded import EmbeddedRedis
+    from majordomus.local.embedded import EmbeddedRedis
 
     n = bench.size(10_000, 300)
     on: list[float] = []

@@ -1,7 +1,7 @@
 """Shards: the Redis CPU one no-op execution costs each master, on 1 shard and on 3.
 
 For S in (1, 3), a Redis Cluster of S masters of the run's own
-(`majordomus.store.local_cluster`) and a deployment of S partitions on it, one on each
+(`majordomus.local.cluster`) and a deployment of S partitions on it, one on each
 master (`majordomus.store.keys`): N `bench.noop` executions are enqueued first (16
 concurrent starters), then two workers (`max_jobs` 10 each) drain them. Every master's
 own `used_cpu_user + used_cpu_sys` (`INFO cpu`, on a plain connection to that node) is
@@ -30,7 +30,7 @@ from datetime import datetime
 import redis.asyncio as aioredis
 
 from bench.harness import Bench, Child, Row, children, fan_out, majordomus_worker, wait_for_workers
-from majordomus.store.local_cluster import LocalCluster, cluster_binaries
+from majordomus.local.cluster import LocalCluster, cluster_binaries
 
 SHARDS = (1, 3)
 WORKERS = 2

@@ -30,14 +30,14 @@ from bench.browser import CHROMIUM  # the console's browser: the machine's, neve
 from majordomus.config import Settings
 from majordomus.engine import Engine
 from majordomus.loading import load_capabilities
-from majordomus.registry import REGISTRY
-from majordomus.store.connect import connect
-from majordomus.store.embedded import (
+from majordomus.local.embedded import (
     EmbeddedRedis,
     free_port,
     install_hint,
     redis_server_binary,
 )
+from majordomus.registry import REGISTRY
+from majordomus.store.connect import connect
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -4,11 +4,16 @@ These are lint rules kept as tests, so a change that breaks the architecture fai
 suite with the module and line that did it:
 
 - nothing outside `majordomus/store/` imports the Redis client (`redis`, `fakeredis`) or
-  calls a Redis command on anything (a method named like a Redis command that no dict,
+  calls a Redis command on anything, but the launchers of local servers
+  (`majordomus/local/`), which set up the servers they start (a cluster's slots, a
+  sentinel's watch) and import no surface (a method named like a Redis command that no dict,
   list, set or str has; `pipeline`, `pubsub`, `register_script`, `execute_command`);
 - nothing in the core (`majordomus/` but its `cli/` surface) imports `api`, `workers` or
   the CLI; only `majordomus/store/` knows arq's key names and job format;
-- the store imports none of the layers above it (engine, context, registry, built-ins);
+- the store imports none of the layers above it (engine, context, registry, built-ins),
+  stands only on modules that never reach it, and starts no process: the launchers of
+  local servers (the embedded Redis, a local cluster) are `majordomus/local/`;
+- no import circle anywhere in the package, `TYPE_CHECKING` imports included;
 - the surfaces meet only where the process commands are wired
   (`majordomus/cli/processes.py`, and `api/launch.py`, which runs a worker in `dev`);
 - the testing kit (`majordomus/testing/`) is where the engine and the worker meet in a
@@ -58,6 +63,9 @@ SURFACES = ("majordomus.api", "majordomus.workers")
 installed (and imported) as `majordomus.api` and `majordomus.workers` only."""
 CORE_MAY_NOT_IMPORT = (*SURFACES, "majordomus.cli", "arq", "redis", "fakeredis")
 STORE_MAY_NOT_IMPORT = (
+    "majordomus.local",
+    "subprocess",
+    "multiprocessing",
     "majordomus.engine",
     "majordomus.context",
     "majordomus.registry",
@@ -111,6 +119,8 @@ def _layer(rel: str) -> str:
         return "cli"
     if rel.startswith("majordomus/testing/"):
         return "testing"
+    if rel.startswith("majordomus/local/"):
+        return "local"
     if rel.startswith("majordomus/"):
         return "core"
     return rel.split("/", 1)[0]
@@ -124,8 +134,10 @@ def _violations() -> list[str]:
         tree = ast.parse(path.read_text(), filename=rel)
         for line, name in _imports(tree):
             where = f"{rel}:{line} imports {name}"
-            if layer != "store" and _names(name, ("redis", "fakeredis")):
+            if layer not in ("store", "local") and _names(name, ("redis", "fakeredis")):
                 found.append(f"{where}: only majordomus/store/ speaks to Redis")
+            if layer == "local" and _names(name, (*SURFACES, "majordomus.cli")):
+                found.append(f"{where}: the local launchers serve every surface, import none")
             if layer == "core" and _names(name, CORE_MAY_NOT_IMPORT):
                 found.append(f"{where}: the core imports no surface, worker, arq or Redis")
             if layer == "store" and _names(name, STORE_MAY_NOT_IMPORT):
@@ -141,7 +153,7 @@ def _violations() -> list[str]:
             ) or (layer == "workers" and _names(name, ("majordomus.api", "majordomus.cli")))
             if crosses and rel not in WHERE_SURFACES_MEET:
                 found.append(f"{where}: surfaces meet only in {sorted(WHERE_SURFACES_MEET)}")
-        if layer == "store":
+        if layer in ("store", "local"):
             continue
         for node in ast.walk(tree):
             if (

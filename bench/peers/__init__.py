@@ -66,7 +66,7 @@ import psutil
 from bench.harness import Bench, Row, fan_out, percentile
 from bench.peers import wire
 from majordomus.engine import Engine
-from majordomus.store.embedded import EmbeddedRedis
+from majordomus.local.embedded import EmbeddedRedis
 
 HERE = Path(__file__).resolve().parent
 VENVS = Path(os.environ.get("MAJORDOMUS_BENCH_VENVS", HERE.parent / ".venvs"))

@@ -32,7 +32,7 @@ from typing import Any
 
 import redis
 
-from majordomus.store.embedded import (
+from majordomus.local.embedded import (
     free_ports,
     install_hint,
     redis_cli_binary,

@@ -13,7 +13,7 @@ foreground process group, reaches only its owner, who stops it last. `DevRedis` 
 (which on Linux also dies with `dev` should `dev` end without stopping it), else, with no
 binary at all, an in-process fakeredis server that nothing outside the process reaches;
 and the clients of it for the API and the worker, made by `connect`. Besides this, only
-`majordomus.store.local_cluster` (a Redis Cluster for tests and benchmarks) starts
+`majordomus.local.cluster` (a Redis Cluster for tests and benchmarks) starts
 processes of Redis; printing where they are is the launcher's.
 """
 

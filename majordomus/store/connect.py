@@ -25,7 +25,7 @@ a module a concept:
   own credentials in the query's `sentinel_password` and `sentinel_username`).
 - `majordomus.store.redis_internals`: every private name of redis-py and asyncio's
   streams those modules touch, each with why and a test. The embedded server itself is
-  `majordomus.store.embedded`.
+  `majordomus.local.embedded`.
 """
 
 from __future__ import annotations

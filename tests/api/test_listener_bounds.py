@@ -48,8 +48,10 @@ async def test_a_wait_an_entry_ended_leaves_the_next_wait_its_whole_timeout() ->
     loop.call_later(0.01, listener.offer, FeedEntry("1000-0", "x-1", 1, ENVELOPE))
     assert await listener.wait(0.05) is True  # the entry, not the timeout
     listener.items.clear()
-    # The first wait's timer fires during this one, which goes on to its own timeout.
-    started = loop.time()
+    # The first wait's timer fires during this one, which goes on to its own timeout: past
+    # a timer due just before it (the loop runs its timers in the order they are due).
+    just_before = asyncio.Event()
+    loop.call_later(0.29, just_before.set)
     assert await listener.wait(0.3) is False
-    assert loop.time() - started >= 0.3
+    assert just_before.is_set()
     listener.release()

@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from majordomus.store.embedded import free_port
+from majordomus.local.embedded import free_port
 from tests.api.conftest import ApiProcess, api_env
 from tests.conftest import ROOT
 

@@ -5,6 +5,7 @@ scrape while Redis is down, the token, and the metrics reference's list
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import time
@@ -16,13 +17,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from majordomus.api.app import create_app
 from majordomus.engine import Engine
+from majordomus.local.embedded import EmbeddedRedis, free_port
 from majordomus.metrics import METRICS
 from majordomus.registry import REGISTRY
 from majordomus.scrape import cluster_families
 from majordomus.store.connect import connect
-from majordomus.store.embedded import EmbeddedRedis, free_port
 from tests.api.conftest import TOKEN, ApiProcess, WorkerChild, start, wait_final
-from tests.conftest import ROOT, make_settings
+from tests.conftest import LIVENESS_SECONDS, ROOT, make_settings
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -161,8 +162,9 @@ async def test_a_scrape_while_redis_is_down_still_answers() -> None:
 
             server.stop()
             began = time.monotonic()
-            down = await client.get("/metrics")
-            took = time.monotonic() - began
+            # Answered, not held by the outage (its read of Redis has its own bound).
+            down = await asyncio.wait_for(client.get("/metrics"), LIVENESS_SECONDS)
+            print(f"a scrape during the outage took {time.monotonic() - began:.2f} s")
     finally:
         server.stop()
         await redis.aclose()
@@ -173,7 +175,6 @@ async def test_a_scrape_while_redis_is_down_still_answers() -> None:
     assert value(samples, "majordomus_redis_up") == 0
     assert "majordomus_queue_depth" not in types
     assert ("majordomus_events_appended_total", ()) in samples  # the process's, as always
-    assert took < 5, f"a scrape during the outage took {took:.1f}s"
 
 
 DOCUMENTED_METRIC = re.compile(r"^\| `(majordomus_[a-z_]+)` \| (counter|gauge|histogram) \|", re.M)

@@ -21,8 +21,8 @@ from prometheus_client.openmetrics.parser import (
 from prometheus_client.parser import text_string_to_metric_families
 
 from majordomus.errors import EXIT_CODE
+from majordomus.local.embedded import free_port
 from majordomus.metrics import CONTENT_TYPE
-from majordomus.store.embedded import free_port
 from tests.api.conftest import TOKEN, ApiProcess, WorkerChild, api_env
 from tests.conftest import ROOT
 

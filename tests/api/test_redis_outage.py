@@ -14,7 +14,7 @@ import httpx
 import pytest
 from httpx_sse import EventSource
 
-from majordomus.store.embedded import EmbeddedRedis
+from majordomus.local.embedded import EmbeddedRedis
 from tests.api.conftest import ApiProcess, start
 from tests.api.test_http import assert_envelope
 

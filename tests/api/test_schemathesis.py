@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from majordomus.store.embedded import EmbeddedRedis
+from majordomus.local.embedded import EmbeddedRedis
 from tests.api.conftest import ApiProcess, WorkerChild
 from tests.conftest import ROOT
 

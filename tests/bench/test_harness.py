@@ -19,7 +19,7 @@ import pytest
 from bench.__main__ import SCENARIOS, markdown
 from bench.harness import Row, percentile
 from bench.peers import NOT_RUN
-from majordomus.store.embedded import EmbeddedRedis
+from majordomus.local.embedded import EmbeddedRedis
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.usefixtures("spawns")  # it starts child processes of its own

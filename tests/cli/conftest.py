@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from majordomus.cli import app
 from majordomus.cli.tree import register
 from majordomus.config import settings
-from majordomus.store.embedded import free_port
+from majordomus.local.embedded import free_port
 from tests.cli.terminal import Terminal
 from tests.conftest import ROOT
 

@@ -12,7 +12,7 @@ import httpx
 import psutil
 import pytest
 
-from majordomus.store.embedded import SERVER_NAMES
+from majordomus.local.embedded import SERVER_NAMES
 from tests.conftest import ROOT, DevProcess
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]

@@ -26,8 +26,8 @@ from typing import Any
 
 import pytest
 
-from majordomus.cli.transport import DevRecord, dev_record_path, write_dev_record
-from majordomus.store.embedded import free_port
+from majordomus.local.dev_record import DevRecord, dev_record_path, write_dev_record
+from majordomus.local.embedded import free_port
 from tests.cli.conftest import child_env, majordomus_argv
 from tests.cli.test_dev_servers import RUN_THE_CLI
 from tests.conftest import HIDE_THE_WHEEL, ROOT, running_dev

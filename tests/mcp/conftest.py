@@ -23,7 +23,7 @@ import anyio
 import httpx
 import pytest
 
-from majordomus.store.embedded import free_port
+from majordomus.local.embedded import free_port
 from tests.conftest import ROOT, WorkerProcess, _redis_url, wait_for_workers
 from tests.mcp.inspector_setup import inspector  # noqa: F401  (the Inspector tests' fixture)
 

@@ -4,8 +4,9 @@ the history saying what happened, the chain's last one carrying the outcome."""
 from __future__ import annotations
 
 import asyncio
-import time
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,15 +20,18 @@ from tests.retries.workload import FLAKY, PATIENT
 pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 
+def at(stamp: Any) -> datetime:
+    assert isinstance(stamp, str), stamp
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
 async def test_a_chain_of_three_with_backoff_is_linked_both_ways_and_its_history_says_so(
     engine: Engine, http: httpx.Client, marker: Path
 ) -> None:
-    began = time.monotonic()
     first = await engine.start(
         FLAKY, {"marker": str(marker), "fail_times": 2, "token": "s3cr3t-token"}, actor="cli"
     )
     chain = await chain_of(engine, first.id)
-    took = time.monotonic() - began
 
     assert [s.state for s in chain] == ["failed", "failed", "succeeded"]
     assert [s.attempt for s in chain] == [1, 2, 3]
@@ -37,7 +41,13 @@ async def test_a_chain_of_three_with_backoff_is_linked_both_ways_and_its_history
     assert not isinstance(a.retry_of, str) and not isinstance(c.retried_as, str)
     assert {s.actor for s in chain} == {"cli"}
     assert isinstance(b.due_at, str) and isinstance(c.due_at, str)
-    assert took >= 0.6  # 200 ms, then 400 ms
+    # Each retry was due its delay (200 ms, then 400 ms) after the attempt before it had
+    # started at least, and started no earlier than due.
+    for before, retry, delay in ((a, b, 200), (b, c, 400)):
+        assert isinstance(before.started_at, str) and isinstance(retry.started_at, str)
+        due = at(retry.due_at)
+        assert due >= at(before.started_at) + timedelta(milliseconds=delay)
+        assert at(retry.started_at) >= due
     # Every attempt ran with the whole input, secret and all; none shows it.
     assert [line[1] for line in attempts_in(marker)] == ["s3cr3t-token"] * 3
     assert all(s.input["token"] != "s3cr3t-token" for s in chain)

@@ -35,13 +35,13 @@ import pytest
 import redis
 import redis.sentinel
 
-from majordomus.store.embedded import (
+from majordomus.local.cluster import wait_until
+from majordomus.local.embedded import (
     _dies_with_its_parent,
     free_ports,
     install_hint,
     redis_server_binary,
 )
-from majordomus.store.local_cluster import wait_until
 
 SERVICE = "mymaster"
 PASSWORD = "master-pw"

@@ -26,7 +26,7 @@ from majordomus.errors import MajordomusError
 from majordomus.model import event_type_of
 from majordomus.registry import REGISTRY
 from majordomus.store.connect import connect
-from majordomus.store.embedded import free_port, redis_server_binary
+from majordomus.local.embedded import free_port, redis_server_binary
 from tests.conftest import make_settings, running_worker, until
 
 pytestmark = pytest.mark.slow

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from majordomus.engine import Engine
+from majordomus.local.embedded import EmbeddedRedis
 from majordomus.registry import REGISTRY
 from majordomus.store.connect import connect
-from majordomus.store.embedded import EmbeddedRedis
 from majordomus.store.queue import Take
 from tests.conftest import make_settings, running_worker, until
 from tests.workers.test_executions import types_of
