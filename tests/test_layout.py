@@ -16,6 +16,8 @@ suite with the module and line that did it:
 - no import circle anywhere in the package, `TYPE_CHECKING` imports included;
 - the surfaces meet only where the process commands are wired
   (`majordomus/cli/processes.py`, and `api/launch.py`, which runs a worker in `dev`);
+- above the store, Redis is reached through the engine or a facade of the store named for
+  what it keeps, never the store's plumbing (`STORE_PLUMBING`);
 - the testing kit (`majordomus/testing/`) is where the engine and the worker meet in a
   test's process: it may import the workers, the store and the core, never a surface
   (`majordomus.api`, the CLI), arq or a Redis client itself; nothing but tests imports it;
@@ -74,6 +76,21 @@ STORE_MAY_NOT_IMPORT = (
     "majordomus.cli",
     *SURFACES,
 )
+STORE_PLUMBING = tuple(
+    f"majordomus.store.{name}"
+    for name in (
+        "base", "scripts", "batching", "policy", "connection", "cluster", "sentinel",
+        "redis_internals", "fake_clock",
+    )
+)
+"""The store's own workings: how its scripts are loaded, its writes batched, its clients
+made. Everything above the store reaches Redis through the engine or a facade of the store
+named for what it keeps (executions, the queue, the feed, tasks, schedules...), or gets a
+client from `majordomus.store.connect`."""
+STORE_PLUMBING_USERS = {"majordomus/testing/", "majordomus/local/"}
+"""Where the plumbing may be reached from outside the store: the testing kit points
+fakeredis at its virtual clock (`fake_clock`), and the launchers make its in-process
+server."""
 WHERE_SURFACES_MEET = {"majordomus/cli/processes.py", "api/launch.py"}
 TESTING_MAY_NOT_IMPORT = ("majordomus.api", "majordomus.cli", "arq", "redis", "fakeredis")
 
@@ -144,6 +161,12 @@ def _violations() -> list[str]:
                 found.append(f"{where}: the store depends on nothing above it")
             if layer == "testing" and _names(name, TESTING_MAY_NOT_IMPORT):
                 found.append(f"{where}: the testing kit runs the engine and workers, no surface")
+            if (
+                layer != "store"
+                and _names(name, STORE_PLUMBING)
+                and not rel.startswith(tuple(STORE_PLUMBING_USERS))
+            ):
+                found.append(f"{where}: above the store, Redis is reached through its facades")
             if layer != "testing" and _names(name, ("majordomus.testing",)):
                 found.append(f"{where}: only tests import the testing kit")
             if _names(name, ("api", "workers")):
