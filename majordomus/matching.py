@@ -17,6 +17,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from majordomus.schemas import PROBLEMS
 from majordomus.search import SEARCH_PATTERN
 from majordomus.states import ExecutionState
 
@@ -44,7 +45,19 @@ RFC3339 = (
 format (which a validator need not check), so `?created_before=null` is refused by the
 schema, not read as no bound."""
 
-Moment = Annotated[datetime, msgspec.Meta(tz=True, extra_json_schema={"pattern": RFC3339})]
+Moment = Annotated[
+    datetime,
+    msgspec.Meta(
+        tz=True,
+        extra_json_schema={
+            "pattern": RFC3339,
+            PROBLEMS: {
+                "pattern": "is not a time with its offset (RFC 3339, such as "
+                "2026-12-07T08:00:00Z; in a query string write + as %2B)"
+            },
+        },
+    ),
+]
 
 
 class Match(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -57,7 +70,19 @@ class Match(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     """Only executions created at or after this time (RFC 3339 with an offset)."""
     created_before: Moment | None = None
     """Only executions created before this time (RFC 3339 with an offset)."""
-    search: Annotated[str, msgspec.Meta(max_length=300, pattern=SEARCH_PATTERN)] | None = None
+    search: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                max_length=300,
+                pattern=SEARCH_PATTERN,
+                extra_json_schema={
+                    PROBLEMS: {"pattern": "is not member=value (such as customer=acme)"}
+                },
+            ),
+        ]
+        | None
+    ) = None
     """`member=value`: only executions whose input member has this value, for a member its
     capability declares searchable (`searchable` in `capabilities.list`; with no
     `capability`, of every capability that declares it). Read from an index kept within the
