@@ -1,7 +1,7 @@
 """Configuration: one typed struct read once from the `MAJORDOMUS_*` environment.
 
 Every limit the product keeps is a field here with its default, so `executions.protocol`
-can report them as configured and the README's settings table can be checked against this
+can report them as configured and the documentation's settings page is generated from this
 type. Fixed limits of the protocol (the 500-entry stream, the 200-execution list bound)
 are named in `LIMITS` beside it: they are part of the contract, not settings.
 """

@@ -20,7 +20,7 @@ Two kinds of figures, kept apart because they come from different places:
 Decisions:
 
 - The metrics live in a `CollectorRegistry` of majordomus's own, not prometheus_client's
-  global default: nothing another library registers there shows up as ours, and the README
+  global default: nothing another library registers there shows up as ours, and the documentation
   can list every name a scrape answers (`tests/api/test_metrics.py` checks it). It is one
   registry per process rather than one per engine because the figures are the process's:
   `majordomus dev` (an API and a worker in one process) answers both sides' counters on one

@@ -686,7 +686,7 @@ def _running_row(run: RunningExecution) -> Row:
 
 def failures_table(failures: list[RecentFailure]) -> RenderableType:
     """The executions that failed or were cancelled lately, newest first, and how many of
-    each code (the README's "What to watch" reads them by code)."""
+    each code (docs/guides/monitoring.md, "What to watch", reads them by code)."""
     if not failures:
         return Text("no recent failures or cancellations", style="dim")
     columns: list[Column] = ["finished", "execution", "capability", "code", ("message", FOLD)]

@@ -31,7 +31,7 @@ from tests.conftest import CHROMIUM, _redis_url, chromium_found
 PREFIX = "console"
 CAPABILITIES = "tests.capabilities,tests.console.paced"
 SCREENSHOTS = os.environ.get("MAJORDOMUS_CONSOLE_SCREENSHOTS")
-"""A folder to save the README's screenshots in, when set."""
+"""A folder to save the documentation's screenshots in, when set."""
 
 
 def forget_prefix(redis_url: str, prefix: str) -> None:
