@@ -14,7 +14,7 @@ from redis.commands.core import AsyncScript
 
 from majordomus.config import Settings
 from majordomus.store.connect import RedisClient
-from majordomus.store.keys import ROLLUP_STEPS, Keys, Partition
+from majordomus.store.keys import ROLLUP_STEPS, SCRIPT_KEY_NAMES, Keys, Partition
 from majordomus.store.scripts import load_script, with_constants
 from majordomus.store.sealing import Sealer
 
@@ -44,9 +44,10 @@ class StoreBase:
     ) -> AsyncScript:
         """`lua/<name>` for one partition, with what every call of it there shares as
         constants (`scripts`): the partition's keys (FEED, ALL, QUEUED, RUNNING, FINISHED,
-        QUEUE, COUNTER, DELAYED, WAKEUP, and BASE, its key base), FEED_MAX, WAKE (the wake
-        channel), the roll-up's ROLLUP_STEPS and ROLLUP_KEEP_MS (`lua/rollup.lua`; 0: no
-        roll-up), and `extra`."""
+        QUEUE, COUNTER, DELAYED, WAKEUP, and BASE, its key base), the names of the keys it
+        finds from its base (`keys.SCRIPT_KEY_NAMES`), FEED_MAX, WAKE (the wake channel),
+        the roll-up's ROLLUP_STEPS and ROLLUP_KEEP_MS (`lua/rollup.lua`; 0: no roll-up),
+        and `extra`."""
         return self.script(name, {
             "FEED": part.feed,
             "ALL": part.all,
@@ -58,6 +59,7 @@ class StoreBase:
             "DELAYED": part.delayed,
             "WAKEUP": part.wakeup,
             "BASE": part.base,
+            **SCRIPT_KEY_NAMES,
             "FEED_MAX": str(self.settings.feed_max_events),
             "WAKE": self.keys.wake_channel,
             "ROLLUP_STEPS": ROLLUP_STEPS,

@@ -39,6 +39,48 @@ import zlib
 SLOTS = 16384
 """Redis Cluster's hash slots."""
 
+# -- the names of a partition's keys the scripts build as they go ---------------------------
+# A script is given its partition's base (`Partition.base`) and finds an execution's
+# snapshot, a capability's slots or a worker's set from it by these names, each given to it
+# as a constant (`SCRIPT_KEY_NAMES`, `StoreBase.partition_script`): the key layout is this
+# module's alone (tests/majordomus/test_stored_format.py fails on a key name a script spells
+# out that is not one of these).
+
+SNAPSHOT = "x:"
+"""`<base>x:<execution id>`: an execution's snapshot hash."""
+EVENTS = ":events"
+"""`<snapshot>:events`: its event stream."""
+SECRET_INPUT = ":input"
+"""`<snapshot>:input`: its worker-only input."""
+TASK = ":task"
+"""`<snapshot>:task`: the MCP task it backs."""
+CAPABILITY_SLOTS = "conc:"
+"""`<base>conc:<capability>`: a capped capability's slots."""
+WAITING = ":waiting"
+"""`<slots>:waiting`: its executions waiting for a slot."""
+WORKER = "worker:"
+"""`<base>worker:<worker id>...`: a worker's keys in a partition."""
+WORKER_RUNNING = ":running"
+"""`<base>worker:<worker id>:running`: the executions it holds there."""
+WAKEUP = "wakeup"
+"""`<base>wakeup`: the wake-up list."""
+ROLLUP = "rollup:"
+"""`<base>rollup:<minute>`: a minute's roll-up."""
+
+SCRIPT_KEY_NAMES: dict[str, str | int] = {
+    "SNAPSHOT_AT": SNAPSHOT,
+    "EVENTS_AT": EVENTS,
+    "INPUT_AT": SECRET_INPUT,
+    "SLOTS_AT": CAPABILITY_SLOTS,
+    "WAITING_AT": WAITING,
+    "WORKER_AT": WORKER,
+    "RUNNING_AT": WORKER_RUNNING,
+    "WAKEUP_AT": WAKEUP,
+}
+"""The names above as the scripts know them (Lua constants, `scripts.with_constants`). The
+roll-up's functions (`lua/rollup.lua`, run alone by its tests and benchmark) spell
+`ROLLUP` out: the test checks it against this module's."""
+
 ROLLUP_STEPS = 4
 """Buckets per doubling in the roll-up's histograms of wait and duration (`Partition.rollup`):
 a bucket spans a factor of 2^(1/4), so a percentile read from it is within 19 % (about 9 %
@@ -95,13 +137,13 @@ class Partition:
         self.feed = base + "feed"
 
     def snapshot(self, execution_id: str) -> str:
-        return f"{self.base}x:{execution_id}"
+        return f"{self.base}{SNAPSHOT}{execution_id}"
 
     def worker_running(self, worker_id: str) -> str:
         """The executions of this partition a worker holds (running or cancelling): added
         by the claim and removed by the terminal event, in `append.lua`, so finding a dead
         worker's executions reads these sets, never every execution."""
-        return f"{self.base}worker:{worker_id}:running"
+        return f"{self.base}{WORKER}{worker_id}{WORKER_RUNNING}"
 
     @property
     def wakeup(self) -> str:
@@ -109,20 +151,20 @@ class Partition:
         waits on it with a blocking pop that its take follows in the same write, so the start
         is taken as soon as it is made (`QueueStore.take_blocking`). Kept short (`WAKEUP_MAX`),
         emptied by a take that leaves the queue empty."""
-        return f"{self.base}wakeup"
+        return f"{self.base}{WAKEUP}"
 
     def worker_woken(self, worker_id: str) -> str:
         """Where a worker's blocking pop moves the wake-up it got, for its take to consume."""
-        return f"{self.base}worker:{worker_id}:woken"
+        return f"{self.base}{WORKER}{worker_id}:woken"
 
     def worker_stopping(self, worker_id: str) -> str:
         """Set by a stopping worker: its blocking take, if one is waiting, takes nothing."""
-        return f"{self.base}worker:{worker_id}:stopping"
+        return f"{self.base}{WORKER}{worker_id}:stopping"
 
     def worker_take(self, worker_id: str) -> str:
         """A worker's last take of this partition (its token and the ids it started), so
         that the take sent again after a lost answer answers the same executions."""
-        return f"{self.base}worker:{worker_id}:take"
+        return f"{self.base}{WORKER}{worker_id}:take"
 
     def lease(self, worker_id: str) -> str:
         """A worker's lease, as this partition's scripts read it (one per partition, all
@@ -130,13 +172,13 @@ class Partition:
         return f"{self.base}lease:{worker_id}"
 
     def concurrency(self, capability: str) -> str:
-        return f"{self.base}conc:{capability}"
+        return f"{self.base}{CAPABILITY_SLOTS}{capability}"
 
     def waiting(self, capability: str) -> str:
         """Executions held back by the capability's `max_concurrency`, scored by their
         place: out of the queue, so waiting costs no worker and no traffic; the terminal
         event of a slot holder moves the oldest back into the queue."""
-        return f"{self.base}conc:{capability}:waiting"
+        return f"{self.base}{CAPABILITY_SLOTS}{capability}{WAITING}"
 
     def search(self, capability: str, member: str, value: str) -> str:
         """The executions of a capability whose searchable input member has this value
@@ -164,7 +206,7 @@ class Partition:
         started). Expires `rollup_keep_seconds` (a setting, 25 h by default) after its
         minute ends, which bounds the roll-up's memory: at most 1,500 hashes a partition by
         default, each as many fields as its minute saw capabilities and buckets."""
-        return f"{self.base}rollup:{minute}"
+        return f"{self.base}{ROLLUP}{minute}"
 
 
 class Keys:
@@ -225,10 +267,10 @@ class Keys:
         return self.partition_of(execution_id).snapshot(execution_id)
 
     def events(self, execution_id: str) -> str:
-        return self.snapshot(execution_id) + ":events"
+        return self.snapshot(execution_id) + EVENTS
 
     def secret_input(self, execution_id: str) -> str:
-        return self.snapshot(execution_id) + ":input"
+        return self.snapshot(execution_id) + SECRET_INPUT
 
     def execution_keys(self, execution_id: str) -> list[str]:
         return [
@@ -241,7 +283,7 @@ class Keys:
         """The MCP task an execution backs: its id secret's hash, its owner and its tool. It
         shares the execution's partition tag, so a task and its execution are read in one
         round trip on one node, and on a Redis Cluster in one slot."""
-        return self.snapshot(execution_id) + ":task"
+        return self.snapshot(execution_id) + TASK
 
     # -- workers ------------------------------------------------------------------------------
 

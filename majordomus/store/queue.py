@@ -28,7 +28,7 @@ from majordomus.store.base import StoreBase
 from majordomus.store.cluster import is_cluster
 from majordomus.store.connect import RedisClient, is_in_process
 from majordomus.store.failures import UNREACHABLE
-from majordomus.store.keys import Partition
+from majordomus.store.keys import SCRIPT_KEY_NAMES, Partition
 from majordomus.store.policy import blocking_reads
 
 log = logging.getLogger("majordomus.store")
@@ -83,7 +83,7 @@ class Take(NamedTuple):
 class QueueStore(StoreBase):
     def __init__(self, redis: RedisClient, settings: Settings) -> None:
         super().__init__(redis, settings)
-        self._release = self.script("release_slot.lua")
+        self._release = self.script("release_slot.lua", SCRIPT_KEY_NAMES)
         # One text per partition, its keys and settings as constants (`scripts`).
         self._takes = [self._take_script(part) for part in self.keys.partitions]
         self._turn = 0

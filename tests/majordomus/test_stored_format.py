@@ -9,6 +9,7 @@ members exactly `EventEnvelope`'s, each decoding strictly as its event.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +20,7 @@ import pytest
 from majordomus.engine import Engine
 from majordomus.model import EventEnvelope, ExecutionEvent, ExecutionSnapshot, event_decoder
 from majordomus.start_options import StartOptions
-from majordomus.store import stored_format
+from majordomus.store import keys, stored_format
 from majordomus.store.executions import StartPlan, encode
 from majordomus.store.scripts import LUA_DIR, load_script
 from majordomus.store.stored_format import (
@@ -253,3 +254,42 @@ def test_every_member_of_the_snapshot_is_kept_or_derived() -> None:
     kept = {stored_format.HASH_NAMES.get(m, m) for m in members - stored_format.DERIVED}
     assert kept <= SNAPSHOT_FIELDS
     assert not kept & set(StoreFields.__struct_fields__)
+
+
+KEY_NAMES = {
+    name: value
+    for name, value in vars(keys).items()
+    if name.isupper() and isinstance(value, str) and re.fullmatch(r":?[a-z_]+:?", value)
+}
+"""Every key name `keys.py` declares (`SNAPSHOT = "x:"`...)."""
+
+KEY_HOLDERS = r"BASE|prefix|snap|slots|stream|KEYS\[\d+\]"
+"""The Lua names that hold a key (a name appended to one is a key's)."""
+
+
+def key_literals(text: str) -> set[str]:
+    """The string literals of a Lua script's code (not its comments) that name a key: one
+    shaped like a key's name (`'x:'`, `':events'`), or one appended to a key."""
+    code = "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+    literals = {a or b for a, b in re.findall(r"'([^'\n]*)'|\"([^\"\n]*)\"", code)}
+    shaped = {s for s in literals if ":" in s and re.fullmatch(r":?[a-z_]+:?", s)}
+    appended = set(re.findall(rf"(?:{KEY_HOLDERS})\s*\.\.\s*'([^']*)'", code))
+    return shaped | appended
+
+
+def test_every_key_name_a_script_spells_out_is_declared_in_keys() -> None:
+    assert {"SNAPSHOT", "EVENTS", "CAPABILITY_SLOTS", "ROLLUP"} <= set(KEY_NAMES)  # the scan sees them
+    declared = set(KEY_NAMES.values())
+    for path in sorted(LUA_DIR.glob("*.lua")):
+        undeclared = key_literals(path.read_text()) - declared
+        assert undeclared == set(), f"{path.name} names keys keys.py does not: {undeclared}"
+
+
+ROLLUP_FUNCTIONS = (LUA_DIR / "rollup.lua").read_text()
+"""The roll-up's functions (run alone by their tests, with only their own constants)."""
+
+
+def test_the_scripts_are_given_keys_names_as_constants() -> None:
+    assert set(keys.SCRIPT_KEY_NAMES.values()) <= set(KEY_NAMES.values())
+    for name in ("take.lua", "append.lua", "create.lua"):
+        assert key_literals(load_script(name).replace(ROLLUP_FUNCTIONS, "")) == set(), name

@@ -151,7 +151,7 @@ for i = 1, n do
       if worker ~= '' then
         changed[#changed + 1] = 'worker'; changed[#changed + 1] = worker
         owner = worker
-        redis.call('SADD', BASE .. 'worker:' .. worker .. ':running', id)
+        redis.call('SADD', BASE .. WORKER_AT .. worker .. RUNNING_AT, id)
       end
       local due_at = ROLLUP_ON and redis.call('ZSCORE', QUEUED, id)
       if due_at then
@@ -196,12 +196,12 @@ for i = 1, n do
       end
       redis.call('ZADD', FINISHED, ARGV[3], id)
       redis.call('DEL', KEYS[3])
-      if owner then redis.call('SREM', BASE .. 'worker:' .. owner .. ':running', id) end
+      if owner then redis.call('SREM', BASE .. WORKER_AT .. owner .. RUNNING_AT, id) end
       if conc_limit > 0 then
         -- Free the slot and move the oldest waiting ones back into the queue (as
         -- release_slot.lua does), so a slot never waits for a worker to notice.
-        local slots = BASE .. 'conc:' .. capability
-        local waiting = slots .. ':waiting'
+        local slots = BASE .. SLOTS_AT .. capability
+        local waiting = slots .. WAITING_AT
         redis.call('ZREM', waiting, id)
         redis.call('ZREM', slots, id)
         local clock = redis.call('TIME')
@@ -212,7 +212,7 @@ for i = 1, n do
           local oldest = redis.call('ZRANGE', waiting, 0, free - 1)
           for j, member in ipairs(oldest) do
             redis.call('ZREM', waiting, member)
-            local off = redis.call('HGET', BASE .. 'x:' .. member, 'qoffset')
+            local off = redis.call('HGET', BASE .. SNAPSHOT_AT .. member, 'qoffset')
             redis.call('ZADD', QUEUE, at + j - 1 - (tonumber(off or '0') or 0), member)
           end
           if #oldest > 0 then

@@ -57,7 +57,7 @@ if idem_key then
   local held = redis.call('GET', idem_key)
   if held then
     local hid, hfp = string.match(held, '^(%S+) (%S*)$')
-    if hid and redis.call('EXISTS', BASE .. 'x:' .. hid) == 1 then
+    if hid and redis.call('EXISTS', BASE .. SNAPSHOT_AT .. hid) == 1 then
       return {-2, hid, hfp}
     end
   end

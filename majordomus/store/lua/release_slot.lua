@@ -3,6 +3,7 @@
 -- every worker, waking idle workers. Called with no holder it only promotes: a worker's
 -- beat does that for capabilities whose slots ran out without a terminal event.
 --
+-- Constants: the names of the keys it finds from the partition's base (`keys.SCRIPT_KEY_NAMES`).
 -- KEYS: the capability's slot set, its waiting list, arq queue
 -- ARGV: holder execution id or '', limit, wake channel, the partition's key base
 local slots, waiting, queue = KEYS[1], KEYS[2], KEYS[3]
@@ -18,12 +19,12 @@ if free <= 0 then return 0 end
 local oldest = redis.call('ZRANGE', waiting, 0, free - 1)
 for i, member in ipairs(oldest) do
   redis.call('ZREM', waiting, member)
-  local off = redis.call('HGET', prefix .. 'x:' .. member, 'qoffset')
+  local off = redis.call('HGET', prefix .. SNAPSHOT_AT .. member, 'qoffset')
   redis.call('ZADD', queue, now + i - 1 - (tonumber(off or '0') or 0), member)
 end
 if #oldest > 0 then
   redis.call('PUBLISH', wake, oldest[1])
-  redis.call('LPUSH', prefix .. 'wakeup', oldest[1])
-  redis.call('LTRIM', prefix .. 'wakeup', 0, 15)
+  redis.call('LPUSH', prefix .. WAKEUP_AT, oldest[1])
+  redis.call('LTRIM', prefix .. WAKEUP_AT, 0, 15)
 end
 return #oldest

@@ -85,13 +85,13 @@ local before = redis.call('GET', last)
 if before and string.sub(before, 1, #token + 1) == token .. ' ' then
   local out = {next_due()}
   for id in string.gmatch(string.sub(before, #token + 2), '%S+') do
-    local snap = BASE .. 'x:' .. id
+    local snap = BASE .. SNAPSHOT_AT .. id
     local cur = redis.call('HMGET', snap, 'state', 'capability', 'worker', 'last_seq',
       'timeout_ms')
     if (cur[1] == 'running' or cur[1] == 'cancelling') and cur[3] == worker then
       out[#out + 1] = id
       out[#out + 1] = cur[2]
-      out[#out + 1] = redis.call('GET', snap .. ':input')
+      out[#out + 1] = redis.call('GET', snap .. INPUT_AT)
       out[#out + 1] = tonumber(cur[4])
       out[#out + 1] = cur[5]  -- its start's own timeout (ms), or false
     end
@@ -112,7 +112,7 @@ if redis.call('EXISTS', lease) == 0 then return 'lapsed' end
 -- What has come due moves into the ready queue (a bounded batch; the rest next time).
 local ripe = redis.call('ZRANGEBYSCORE', DELAYED, '-inf', now_s, 'WITHSCORES', 'LIMIT', 0, 256)
 for i = 1, #ripe, 2 do
-  local off = redis.call('HGET', BASE .. 'x:' .. ripe[i], 'qoffset')
+  local off = redis.call('HGET', BASE .. SNAPSHOT_AT .. ripe[i], 'qoffset')
   redis.call('ZADD', QUEUE, tonumber(ripe[i + 1]) - (tonumber(off or '0') or 0), ripe[i])
   redis.call('ZREM', DELAYED, ripe[i])
 end
@@ -147,7 +147,7 @@ end
 local csnap, ccur = {}, {}
 local tied = false
 for j = 1, #cid do
-  csnap[j] = BASE .. 'x:' .. cid[j]
+  csnap[j] = BASE .. SNAPSHOT_AT .. cid[j]
   ccur[j] = redis.call('HMGET', csnap[j], 'state', 'capability', 'conc_limit', 'order',
     'last_seq', 'attempt', 'timeout_ms')
   if j > 1 and cscore[j] == cscore[j - 1] then tied = true end
@@ -179,10 +179,10 @@ for j = 1, #cid do
   if go and cur[3] then
     local limit = tonumber(cur[3]) or 0
     if limit > 0 then
-      local slots = BASE .. 'conc:' .. cur[2]
+      local slots = BASE .. SLOTS_AT .. cur[2]
       redis.call('ZREMRANGEBYSCORE', slots, '-inf', now_s)
       if not redis.call('ZSCORE', slots, id) and redis.call('ZCARD', slots) >= limit then
-        redis.call('ZADD', slots .. ':waiting', cur[4], id)  -- first come, first served
+        redis.call('ZADD', slots .. WAITING_AT, cur[4], id)  -- first come, first served
         go = false
       else
         redis.call('ZADD', slots, string.format('%d', now + SLOT_MS), id)
@@ -193,13 +193,13 @@ for j = 1, #cid do
     local seq = tonumber(cur[5]) + 1
     local sq = string.format('%d', seq)
     local env = envelope(id, sq, ts, 'execution.started', '')
-    redis.call('XADD', snap .. ':events', sq .. '-0', 'e', env)
+    redis.call('XADD', snap .. EVENTS_AT, sq .. '-0', 'e', env)
     redis.call('XADD', FEED, 'MAXLEN', '~', FEED_MAX, '*', 'x', id, 's', sq, 'e', env)
     redis.call('HSET', snap, 'state', 'running', 'started_at', ts, 'started_ms', now_s,
       'worker', worker, 'attempt', string.format('%d', (tonumber(cur[6]) or 0) + 1),
       'last_seq', sq)
     ids[#ids + 1] = id
-    inputs[#inputs + 1] = snap .. ':input'
+    inputs[#inputs + 1] = snap .. INPUT_AT
     out[#out + 1] = id
     out[#out + 1] = cur[2]
     out[#out + 1] = false  -- its worker-only input, read below
