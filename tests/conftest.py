@@ -287,6 +287,12 @@ async def running_worker(redis: Any, cfg: Settings, **overrides: Any) -> AsyncIt
             await asyncio.wait_for(worker.ctx["majordomus"].stop(), 5)
 
 
+async def waiting_in_redis(worker: Any) -> bool:
+    """Whether an in-process worker is idle, waiting in Redis for a wake-up (its take
+    blocking there): a start made now is taken by that wait, not by a poll."""
+    return worker._not_blocking is not None and not worker._not_blocking.is_set()
+
+
 @pytest.fixture
 async def worker(redis: Any, settings: Settings) -> AsyncIterator[Any]:
     async with running_worker(redis, settings) as w:

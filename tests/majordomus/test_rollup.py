@@ -116,7 +116,10 @@ async def test_a_start_counts_its_wait_and_an_end_its_state_and_duration(engine:
     assert tallies["tests.noop"].waits == Counter({bucket_of(waits[done] - due[done]): 1})
     assert tallies["tests.boom"].waits == Counter({bucket_of(waits[failed] - due[failed]): 1})
     duration = int(await engine.redis.hget(keys.snapshot(done), "duration_ms"))
-    assert 3000 <= duration < 4000
+    ended = (await engine.get(done)).finished_at
+    assert isinstance(ended, str)
+    ended_ms = round(datetime.fromisoformat(ended.replace("Z", "+00:00")).timestamp() * 1000)
+    assert duration == ended_ms - (started - 3000)  # from its start to its end, the 3 s in
     assert tallies["tests.noop"].durations == Counter({bucket_of(duration): 1})
     assert tallies["tests.noop"].ends == Counter({"succeeded": 1})
     assert tallies["tests.boom"].ends == Counter({"failed": 1})

@@ -6,7 +6,6 @@ runs beside the attempt it retries."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from majordomus.clock import now_stamp
 from majordomus.engine import Engine
 from majordomus.retries import RETRY_SCHEDULED
 from majordomus.sweeper import LOST_RETRY_FLOOR_MS, Sweeper
-from tests.conftest import _redis_url
+from tests.conftest import _redis_url, until
 from tests.retries.conftest import REGISTRY, engine_on, forget_prefix
 from tests.retries.workload import FLAKY, FRAGILE
 
@@ -44,6 +43,12 @@ async def running_on_ghost(engine: Engine, capability: str, inp: dict[str, Any],
     return started.id
 
 
+async def lapsed(engine: Engine) -> bool:
+    """Whether the ghost's lease has lapsed (Redis expired it) on every partition."""
+    leases = [p.lease(GHOST) for p in engine.store.keys.partitions]
+    return not await engine.redis.exists(*leases)
+
+
 async def of_capability(engine: Engine, capability: str) -> list[str]:
     return [s.id for s in (await engine.list(capability=capability)).executions]
 
@@ -54,7 +59,7 @@ async def test_a_worker_dead_between_starting_the_retry_and_failing_gets_no_seco
     lost = await running_on_ghost(bare, FRAGILE, {"marker": str(tmp_path / "m")}, lease_ms=50)
     secret = await bare.store.worker_input(lost)
     made = await start_next_attempt(bare, REGISTRY.require(FRAGILE), await bare.get(lost), secret)
-    await asyncio.sleep(0.1)  # the ghost's lease lapses
+    await until(lambda: lapsed(bare))
 
     assert await Sweeper(bare.store, bare.settings, "test", engine=bare).sweep() == 1
     snap = await bare.get(lost)
@@ -82,7 +87,7 @@ async def test_the_sweepers_retry_for_a_worker_that_comes_back_is_cancelled(
     bare: Engine, tmp_path: Path
 ) -> None:
     held = await running_on_ghost(bare, FRAGILE, {"marker": str(tmp_path / "m")}, lease_ms=50)
-    await asyncio.sleep(0.1)
+    await until(lambda: lapsed(bare))
     sweeper = Sweeper(bare.store, bare.settings, "test", engine=bare)
     retry_lost = sweeper._retry_lost
 
@@ -120,7 +125,7 @@ async def test_a_lost_attempt_with_no_attempt_left_says_so_and_is_not_retried(
     lost = await running_on_ghost(bare, FRAGILE, {"marker": str(tmp_path / "m")}, lease_ms=50)
     # As the third attempt of its chain would be: two before it.
     await bare.store.redis.hset(bare.store.keys.snapshot(lost), "attempt", 3)
-    await asyncio.sleep(0.1)
+    await until(lambda: lapsed(bare))
     assert await Sweeper(bare.store, bare.settings, "test", engine=bare).sweep() == 1
     snap = await bare.get(lost)
     assert snap.state == "failed" and not isinstance(snap.retried_as, str)
@@ -132,7 +137,7 @@ async def test_a_sweeper_without_an_engine_fails_lost_attempts_unretried(
     bare: Engine, tmp_path: Path
 ) -> None:
     lost = await running_on_ghost(bare, FRAGILE, {"marker": str(tmp_path / "m")}, lease_ms=50)
-    await asyncio.sleep(0.1)
+    await until(lambda: lapsed(bare))
     assert await Sweeper(bare.store, bare.settings, "test").sweep() == 1
     snap = await bare.get(lost)
     assert snap.state == "failed" and not isinstance(snap.retried_as, str) and not snap.diagnostics

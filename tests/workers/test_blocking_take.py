@@ -17,7 +17,14 @@ from typing import Any
 from majordomus.engine import Engine
 from majordomus.registry import REGISTRY
 from majordomus.start_options import StartOptions
-from tests.conftest import FOREVER_MS, LIVENESS_SECONDS, make_settings, running_worker, until
+from tests.conftest import (
+    FOREVER_MS,
+    LIVENESS_SECONDS,
+    make_settings,
+    running_worker,
+    until,
+    waiting_in_redis,
+)
 from tests.workers.test_take_job import take
 
 WORKER = "blocker"
@@ -91,7 +98,7 @@ async def test_a_worker_stopped_while_it_waits_in_redis_takes_no_more_work(
     redis: Any, engine: Engine, settings: Any
 ) -> None:
     async with running_worker(redis, settings) as worker:
-        await until(lambda: _waiting_in_redis(worker))
+        await until(lambda: waiting_in_redis(worker))
         worker.handle_sig(signal.SIGTERM)
         # Once its mark is in Redis (a start before it may still be taken, and is run).
         stopping = engine.store.keys.partitions[0].worker_stopping(worker.runtime.worker_id)
@@ -103,10 +110,6 @@ async def test_a_worker_stopped_while_it_waits_in_redis_takes_no_more_work(
         assert (await engine.get(snap.id)).state == "queued"
     async with running_worker(redis, settings):
         assert (await engine.wait(snap.id, 10_000)).state == "succeeded"
-
-
-async def _waiting_in_redis(worker: Any) -> bool:
-    return worker._not_blocking is not None and not worker._not_blocking.is_set()
 
 
 async def test_a_busy_worker_with_room_waits_in_redis_and_hears_no_wake_up_channel(
@@ -121,7 +124,7 @@ async def test_a_busy_worker_with_room_waits_in_redis_and_hears_no_wake_up_chann
     async with running_worker(redis, cfg, max_jobs=2) as worker:
         long = await engine.start("tests.sleepy", {"seconds": 30})
         await until(lambda: _state_is(engine, long.id, "running"))
-        await until(lambda: _waiting_in_redis(worker))
+        await until(lambda: waiting_in_redis(worker))
         assert worker.job_counter == 1
         (_, wake), (_, cancel) = await engine.redis.pubsub_numsub(keys.wake_channel, keys.cancel_channel)
         assert (wake, cancel) == (0, 1), "the wake-up list is its signal; cancels still come by channel"
@@ -140,7 +143,7 @@ async def test_a_full_worker_takes_a_start_made_meanwhile_as_soon_as_a_slot_free
     async with running_worker(redis, cfg, max_jobs=1) as worker:
         first = await engine.start("tests.sleepy", {"seconds": 1.0})
         await until(lambda: _state_is(engine, first.id, "running"))
-        assert worker.job_counter == 1 and not await _waiting_in_redis(worker)
+        assert worker.job_counter == 1 and not await waiting_in_redis(worker)
         second = await engine.start("tests.noop", {})  # its wake-up waits on the list
         await asyncio.sleep(0.2)  # time passes: the slot is still held
         assert (await engine.get(second.id)).state == "queued"
@@ -168,7 +171,7 @@ async def test_a_busy_worker_stopped_while_it_waits_in_redis_finishes_its_work_a
     async with running_worker(redis, cfg, max_jobs=2) as worker:
         busy = await engine.start("tests.sleepy", {"seconds": 0.5})
         await until(lambda: _state_is(engine, busy.id, "running"))
-        await until(lambda: _waiting_in_redis(worker))
+        await until(lambda: waiting_in_redis(worker))
         worker.handle_sig(signal.SIGTERM)
         stopping = engine.store.keys.partitions[0].worker_stopping(worker.runtime.worker_id)
         await until(lambda: engine.redis.exists(stopping))

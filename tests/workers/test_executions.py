@@ -10,7 +10,15 @@ import msgspec
 
 from majordomus.engine import Engine
 from majordomus.model import event_type_of
-from tests.conftest import make_settings, running_worker, until, wait_for_workers
+from tests.conftest import (
+    FOREVER_MS,
+    LIVENESS_SECONDS,
+    make_settings,
+    running_worker,
+    until,
+    wait_for_workers,
+    waiting_in_redis,
+)
 
 
 async def types_of(engine: Engine, xid: str) -> list[str]:
@@ -276,10 +284,10 @@ async def test_sigterm_lets_work_finish_for_a_grace_then_cancels_it_as_the_serve
 
 
 async def test_pickup_does_not_wait_for_a_poll(redis: Any, redis_url: str, engine: Engine) -> None:
-    # A long fallback poll proves the wake-up signal is what starts the execution.
-    cfg = make_settings(redis_url, poll_seconds=30.0)
-    async with running_worker(redis, cfg):
-        await asyncio.sleep(0.1)
+    # A fallback poll that never comes proves the wake-up signal is what starts the execution.
+    cfg = make_settings(redis_url, poll_seconds=FOREVER_MS / 1000)
+    async with running_worker(redis, cfg) as worker:
+        await until(lambda: waiting_in_redis(worker))  # idle, past its first take
         snap = await engine.start("tests.noop", {})
-        done = await engine.wait(snap.id, 10_000)
+        done = await engine.wait(snap.id, LIVENESS_SECONDS * 1000)
     assert done.state == "succeeded"

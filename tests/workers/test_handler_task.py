@@ -19,17 +19,25 @@ def running() -> Running:
     return Running(ctx=None, capability="tests.any", slot=False)  # type: ignore[arg-type]
 
 
+async def asleep(reached: asyncio.Event) -> None:
+    """A handler's long wait, saying when it has begun (what a stop then interrupts)."""
+    reached.set()
+    await asyncio.sleep(10)
+
+
 async def test_a_stop_swallowed_by_the_handler_leaves_the_rest_of_the_task_uncancelled() -> None:
     run = running()
     ended: list[str] = []
 
+    first, second = asyncio.Event(), asyncio.Event()
+
     async def handler() -> str:
         try:
-            await asyncio.sleep(10)
+            await asleep(first)
         except asyncio.CancelledError:
             ended.append("stopped")
         try:  # stopped twice while it goes on ignoring it
-            await asyncio.sleep(10)
+            await asleep(second)
         except asyncio.CancelledError:
             ended.append("stopped again")
         return "done anyway"
@@ -42,9 +50,9 @@ async def test_a_stop_swallowed_by_the_handler_leaves_the_rest_of_the_task_uncan
         return value, me.cancelling()
 
     task = asyncio.create_task(execution())
-    await asyncio.sleep(0.01)
+    await first.wait()
     assert run.stop_handler()
-    await asyncio.sleep(0.01)
+    await second.wait()
     assert run.stop_handler()
     assert await task == ("done anyway", 0)
     assert ended == ["stopped", "stopped again"]
@@ -52,10 +60,11 @@ async def test_a_stop_swallowed_by_the_handler_leaves_the_rest_of_the_task_uncan
 
 async def test_a_stop_reaches_the_handler_as_a_cancel_and_is_taken_back() -> None:
     run = running()
+    reached = asyncio.Event()
 
     async def execution() -> str:
         try:
-            await run.handler(asyncio.sleep(10))
+            await run.handler(asleep(reached))
         except asyncio.CancelledError:
             me = asyncio.current_task()
             assert me is not None and me.cancelling() == 0  # not the worker's teardown
@@ -64,24 +73,25 @@ async def test_a_stop_reaches_the_handler_as_a_cancel_and_is_taken_back() -> Non
         return "not stopped"
 
     task = asyncio.create_task(execution())
-    await asyncio.sleep(0.01)
+    await reached.wait()
     assert run.stop_handler()
     assert await task == "cancelled, end written"
 
 
 async def test_the_workers_teardown_during_a_stop_still_ends_the_task() -> None:
     run = running()
+    reached = asyncio.Event()
 
     async def execution() -> None:
         try:
-            await run.handler(asyncio.sleep(10))
+            await run.handler(asleep(reached))
         except asyncio.CancelledError:
             me = asyncio.current_task()
             assert me is not None and me.cancelling() == 1  # the teardown is left pending
             raise
 
     task = asyncio.create_task(execution())
-    await asyncio.sleep(0.01)
+    await reached.wait()
     assert run.stop_handler()
     task.cancel()  # the worker torn down at the same moment
     with pytest.raises(asyncio.CancelledError):
