@@ -18,7 +18,8 @@ from majordomus.engine import Engine
 from majordomus.model import event_type_of
 from majordomus.store.executions import AppendResult, EventWrite, Store
 from majordomus.store.failures import UNREACHABLE
-from tests.workers.test_outages import Cut, cut_between_worker_and, engine_on, history
+from tests.conftest import until
+from tests.workers.test_outages import cut_between_worker_and, engine_on, history
 
 WORKER = "test-worker"
 
@@ -48,6 +49,26 @@ class SlowStore:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
+
+
+class CountedStore(SlowStore):
+    """The real store, its appends that found Redis unreachable counted (`failed`)."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store, 0)
+        self.failed = 0
+
+    async def append(
+        self, execution_id: str, events: list[EventWrite], **options: Any
+    ) -> AppendResult:
+        try:
+            return await super().append(execution_id, events, **options)
+        except UNREACHABLE:
+            self.failed += 1
+            raise
+
+    async def failed_at_least(self, count: int) -> bool:
+        return self.failed >= count
 
 
 class AnswerLostOnce(SlowStore):
@@ -133,15 +154,16 @@ async def test_reports_wait_through_an_outage_and_are_written_in_order(
 ) -> None:
     xid = await running_execution(engine)
     async with cut_between_worker_and(redis_url) as (cut, through), engine_on(through, settings) as mine:
-        ctx = ExecutionContext(mine.store, xid, WORKER, max_events=100)
+        store = CountedStore(mine.store)
+        ctx = ExecutionContext(store, xid, WORKER, max_events=100)  # type: ignore[arg-type]
         for i in range(20):
             ctx.step(f"s{i}")
             await asyncio.sleep(0.01)
         cut.cut()
         for i in range(20):
             ctx.step_done(f"s{i}")  # taken while Redis is away
-        await asyncio.sleep(1.0)
-        assert ctx.pending()[0] == 20  # kept across the failed writes
+        await until(lambda: store.failed_at_least(1))
+        assert ctx.pending()[0] == 20  # kept across a failed write
         cut.restore()
         result = await ctx.finish("execution.completed", b'{"output":{}}')
     assert result.complete
@@ -155,12 +177,13 @@ async def test_the_terminal_event_is_retried_until_written(
 ) -> None:
     xid = await running_execution(engine)
     async with cut_between_worker_and(redis_url) as (cut, through), engine_on(through, settings) as mine:
-        ctx = ExecutionContext(mine.store, xid, WORKER)
+        store = CountedStore(mine.store)
+        ctx = ExecutionContext(store, xid, WORKER)  # type: ignore[arg-type]
         ctx.log("before the cut")
-        await asyncio.sleep(0.2)
+        await until(lambda: ctx_written(ctx))
         cut.cut()
         finishing = asyncio.create_task(ctx.finish("execution.completed", b'{"output":{}}'))
-        await asyncio.sleep(2.0)
+        await until(lambda: store.failed_at_least(2))
         assert not finishing.done()  # still trying, not given up
         cut.restore()
         result = await asyncio.wait_for(finishing, 10)
@@ -176,8 +199,16 @@ async def test_reports_given_up_after_the_outage_bound_are_said_in_the_history(
     async with cut_between_worker_and(redis_url) as (cut, through), engine_on(through, settings) as mine:
         ctx = ExecutionContext(mine.store, xid, WORKER, kept_seconds=0.5)
         ctx.log("written")
-        await asyncio.sleep(0.2)
-        await cut_for(cut, 2.5, lambda: [ctx.log(f"lost {i}") for i in range(7)])
+        await until(lambda: ctx_written(ctx))
+        cut.cut()
+        for i in range(7):
+            ctx.log(f"lost {i}")
+
+        async def given_up() -> bool:
+            return ctx.reports_lost == 7
+
+        await until(given_up)  # once the outage outlasted the half second they are kept
+        cut.restore()
         ctx.log("after")
         result = await ctx.finish("execution.completed", b'{"output":{}}')
     assert result.complete and ctx.reports_lost == 7
@@ -192,11 +223,9 @@ async def test_reports_given_up_after_the_outage_bound_are_said_in_the_history(
     assert any("gave up 7 reports" in r.getMessage() for r in caplog.records)
 
 
-async def cut_for(cut: Cut, seconds: float, during: Any) -> None:
-    cut.cut()
-    during()
-    await asyncio.sleep(seconds)
-    cut.restore()
+async def ctx_written(ctx: ExecutionContext) -> bool:
+    """Whether every report made so far is written (none waits)."""
+    return ctx.pending()[0] == 0
 
 
 async def test_an_append_whose_answer_was_lost_is_not_written_twice(engine: Engine) -> None:

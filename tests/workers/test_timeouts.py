@@ -1,5 +1,5 @@
 """A capability's timeout on a real worker: past it the handler is asked to stop as a
-cancel asks, then stopped after the cancel grace (1 s here), and the execution fails
+cancel asks, then stopped after the cancel grace (0.3 s here), and the execution fails
 `timed_out` with a diagnostic saying the bound, counted in the metrics. A plain `def`'s
 thread cannot be stopped: its execution ends and its slot is freed all the same."""
 
@@ -12,12 +12,19 @@ from typing import Any
 import msgspec
 import pytest
 
+from majordomus.config import Settings
 from majordomus.engine import Engine
 from majordomus.errors import EXIT_CODE, HTTP_STATUS
 from majordomus.metrics import METRICS
 from majordomus.registry import Registry, RegistryError, capability
 from tests.capabilities import Done, Empty, Sleep, Slept
-from tests.conftest import until
+from tests.conftest import make_settings, until
+
+
+@pytest.fixture
+def settings(redis_url: str) -> Settings:
+    """The workers' here: a grace of 0.3 s after the timeout, not the suite's 1 s."""
+    return make_settings(redis_url, cancel_grace=0.3)
 
 
 async def ended(engine: Engine, capability_id: str, seconds: float = 30) -> tuple[Any, float]:
@@ -53,7 +60,7 @@ async def test_a_handler_that_ignores_its_stop_keeps_its_slot_no_longer_than_the
 ) -> None:
     # 4 s: past the timeout and the grace, and a thread's sleep the test's loop outlives.
     done, took = await ended(engine, capability_id, seconds=4)
-    print(f"failed timed_out {took:.2f} s after its start (timeout 0.3 s, grace 1 s)")
+    print(f"failed timed_out {took:.2f} s after its start (timeout 0.3 s, grace 0.3 s)")
     assert done.state == "failed" and done.error.code == "timed_out"
     # Ended while its handler still slept: before the 4 s it would have taken.
     assert isinstance(done.duration_ms, int) and done.duration_ms < 4000
