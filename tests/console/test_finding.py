@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.api.conftest import ApiProcess
+from tests.console.conftest import screenshot
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -96,6 +97,7 @@ def test_a_search_a_time_range_and_a_sort_are_in_the_address_and_a_link_shares_t
     ) == after.replace(microsecond=0)
     shortest_first = [runs[0], runs[2], runs[1]]
     assert _ids(page) == shortest_first
+    screenshot(page, "finding")
 
     # The link, opened in another browser context, shows the same view, its form filled.
     other = browser.new_context()
