@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 
 from majordomus.clock import now_stamp, stamp_of
-from majordomus.store.rollup import Minute, Tally, percentile
+from majordomus.store.rollup import SETTLED_MINUTES, Minute, Tally, percentile
 
 if TYPE_CHECKING:
     from majordomus.engine import Engine
@@ -127,7 +127,8 @@ async def execution_stats(engine: Engine, span: Span, capability: str | None) ->
     step, points = STEP_MINUTES[span], POINTS[span]
     last_step = now_ms // 60_000 // step
     first = (last_step - points + 1) * step
-    steps = await engine.store.rollup_steps(first, step, points)
+    settled_before = now_ms // 60_000 - SETTLED_MINUTES + 1
+    steps = await engine.store.rollup_steps(first, step, points, settled_before)
     busy: Counter[str] = Counter()
     for tallies in steps:
         for name, tally in tallies.items():

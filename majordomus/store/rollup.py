@@ -24,7 +24,9 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 
+from majordomus.config import Settings
 from majordomus.store.base import StoreBase
+from majordomus.store.connect import RedisClient
 from majordomus.store.keys import ROLLUP_STEPS
 
 PER_LN = ROLLUP_STEPS / math.log(2)
@@ -120,29 +122,52 @@ def parse_minute(raw: dict[bytes, int], into: Minute | None = None) -> Minute:
     return tallies
 
 
+SETTLED_MINUTES = 2
+"""How far behind the reader's clock a minute is final: every count goes in a minute of
+Redis's clock (`lua/rollup.lua`), so one Redis's clock has left takes no more; two minutes
+leave a minute for the reader's clock and Redis's (each node's, on a cluster) to differ."""
+
+
 class RollupStore(StoreBase):
-    async def rollup_steps(self, first: int, step: int, count: int) -> list[Minute]:
+    def __init__(self, redis: RedisClient, settings: Settings) -> None:
+        super().__init__(redis, settings)
+        self._settled: dict[tuple[int, int], Minute] = {}
+        """The sums of steps read once they were final, by (step, first minute): at most a
+        window's worth of each step size (older ones go as the window moves on)."""
+
+    async def rollup_steps(
+        self, first: int, step: int, count: int, settled_before: int | None = None
+    ) -> list[Minute]:
         """`count` steps of `step` minutes from the minute `first` (epoch minutes), each the
         sum of its minutes in every partition: one pipeline of a HGETALL a partition a minute
         (on a Redis Cluster, sent to each partition's node). The stored fields of a step are
         summed before they are read (a day of busy minutes holds half a million fields, a
-        step's sum a few hundred)."""
+        step's sum a few hundred). A step that ends before the minute `settled_before` is
+        final: its sum is kept and not read again (the last day, read every minute, reads
+        its last one or two quarters of an hour again, not its 1,440 minutes)."""
+        settled = {k: v for k, v in self._settled.items() if k[0] != step or k[1] >= first}
+        self._settled = settled
+        starts = [first + i * step for i in range(count)]
+        wanted = [s for s in starts if (step, s) not in settled]
         async with self.redis.pipeline(transaction=False) as pipe:
-            for minute in range(first, first + step * count):
-                for part in self.keys.partitions:
-                    pipe.hgetall(part.rollup(minute))
-            raw = await pipe.execute()
+            for start in wanted:
+                for minute in range(start, start + step):
+                    for part in self.keys.partitions:
+                        pipe.hgetall(part.rollup(minute))
+            raw = await pipe.execute() if wanted else []
         per = step * self.keys.partition_count
-        steps: list[Minute] = []
-        for i in range(count):
+        read: dict[int, Minute] = {}
+        for i, start in enumerate(wanted):
             sums: dict[bytes, int] = {}
             for stored in raw[i * per : (i + 1) * per]:
                 for name, value in stored.items():
                     sums[name] = sums.get(name, 0) + int(value)
-            steps.append(parse_minute(sums))
-        return steps
+            read[start] = parse_minute(sums)
+            if settled_before is not None and start + step <= settled_before:
+                settled[(step, start)] = read[start]
+        return [read[s] if s in read else settled[(step, s)] for s in starts]
 
     async def rollup_minutes(self, first: int, last: int) -> dict[int, Minute]:
-        """The minutes `first` to `last` (both included) that counted anything."""
+        """The minutes `first` to `last` (both included) that counted anything, read whole."""
         minutes = await self.rollup_steps(first, 1, last - first + 1)
         return {first + i: tallies for i, tallies in enumerate(minutes) if tallies}

@@ -249,3 +249,45 @@ async def test_a_claim_by_append_counts_its_wait_as_a_take_does(engine: Engine) 
     assert claimed.complete
     started = int(await engine.redis.hget(engine.store.keys.snapshot(x), "started_ms"))
     assert (await rollup(engine))["tests.noop"].waits == Counter({bucket_of(started - due): 1})
+
+
+async def test_an_end_is_counted_in_the_minute_of_redis_clock_whatever_the_callers(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    x = (await engine.start("tests.noop", {})).id
+    assert await take(engine) == [x]
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    behind = now_ms - 10 * 60_000  # a caller whose clock is ten minutes behind
+    monkeypatch.setattr("majordomus.store.executions.now_stamp", lambda: ("", behind))
+    await engine.store.append(x, [("execution.completed", b'{"output":{}}')])
+    redis_minute = int((await engine.redis.time())[0]) // 60
+    part = engine.store.keys.partitions[0]
+    stored = [  # (this minute, or the one before should it have turned meanwhile)
+        name
+        for m in (redis_minute - 1, redis_minute)
+        for name in await engine.redis.hgetall(part.rollup(m))
+    ]
+    assert any(name.startswith(b"s:") for name in stored)
+    assert not await engine.redis.exists(part.rollup(behind // 60_000))
+
+
+async def test_a_final_step_is_read_once_and_kept_while_the_last_ones_are_read_again(
+    engine: Engine,
+) -> None:
+    part = engine.store.keys.partitions[0]
+    now_minute = int((await engine.redis.time())[0]) // 60
+    field = f"s:{bucket_of(5)}:tests.noop"
+    await engine.redis.hincrby(part.rollup(now_minute - 10), field, 1)
+    first = await execution_stats(engine, "hour", None)
+    assert first.overall.total.succeeded == 1
+    # A count in a minute long past (none is ever written so) is not read again...
+    await engine.redis.hincrby(part.rollup(now_minute - 10), field, 1)
+    # ...while the current minute's are.
+    x = (await engine.start("tests.noop", {})).id
+    await take(engine)
+    await engine.store.append(x, [("execution.completed", b'{"output":{}}')])
+    again = await execution_stats(engine, "hour", None)
+    assert (again.overall.total.succeeded, again.overall.total.started) == (2, 1)
+    # Another reader reads it all.
+    fresh = Engine(engine.redis, REGISTRY, engine.settings)
+    assert (await execution_stats(fresh, "hour", None)).overall.total.succeeded == 3

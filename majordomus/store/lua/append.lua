@@ -156,7 +156,7 @@ for i = 1, n do
       local due_at = ROLLUP_ON and redis.call('ZSCORE', QUEUED, id)
       if due_at then
         local waited = math.max(0, tonumber(ARGV[3]) - tonumber(due_at))
-        rollup_add(tonumber(ARGV[3]), rollup_field('w', waited, capability), 1)
+        rollup_add(rollup_now(), rollup_field('w', waited, capability), 1)
       end
       redis.call('ZREM', QUEUED, id)
       redis.call('ZREM', QUEUE, id)  -- claimed by an append, not take.lua: its entry goes too
@@ -185,7 +185,7 @@ for i = 1, n do
       if ROLLUP_ON then
         local kind = 'c'
         if target == 'succeeded' then kind = 's' elseif target == 'failed' then kind = 'f' end
-        rollup_add(tonumber(ARGV[3]), rollup_field(kind, took and math.max(0, took), capability), 1)
+        rollup_add(rollup_now(), rollup_field(kind, took and math.max(0, took), capability), 1)
       end
       if from == 'queued' then  -- never taken: it is still in the queue
         redis.call('ZREM', QUEUED, id)

@@ -21,7 +21,15 @@ local function rollup_field(kind, ms, capability)
   else b = string.format('%d', 1 + math.floor(math.log(ms) * ROLLUP_PER_LN + 1e-6)) end
   return kind .. ':' .. b .. ':' .. (capability or '')
 end
--- Add `count` to `field` of the minute of `at_ms` (epoch ms).
+-- The server's millisecond. Every count is put in a minute of Redis's clock (a take's `now`
+-- is this), whichever process and clock sent the call, so a minute Redis's clock has left
+-- takes no more counts, and a reader keeps the sum of one that is well past
+-- (`RollupStore.rollup_steps`).
+local function rollup_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- Add `count` to `field` of the minute of `at_ms` (epoch ms, the server's).
 local function rollup_add(at_ms, field, count)
   local minute = math.floor(at_ms / 60000)
   local key = BASE .. 'rollup:' .. string.format('%d', minute)
