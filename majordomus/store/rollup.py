@@ -14,8 +14,9 @@ A duration or a wait is kept as a bucket of a histogram: `ROLLUP_STEPS` buckets 
 doubling of milliseconds, so a minute's hash holds at most a few dozen fields per
 capability whatever the traffic, and a percentile of any span is read from the sum of its
 minutes' buckets (`percentile`), within a bucket's width. This module reads the minutes,
-summed over the partitions; it writes nothing, and knows nothing of the series a surface
-shows (`majordomus.stats`).
+summed over the partitions, and keeps the sums of the steps that are final (a minute of
+Redis's clock takes no count once that clock has left it); it writes nothing, and knows
+nothing of the series a surface shows (`majordomus.stats`).
 """
 
 from __future__ import annotations
