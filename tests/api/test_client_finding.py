@@ -5,6 +5,7 @@ through the HTTP API."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -31,10 +32,10 @@ async def test_a_client_searches_counts_and_cancels_all_matching_on_either_trans
 ) -> None:
     customer = "c-" + uuid.uuid4().hex[:8]
     later = timedelta(hours=1)
-    made = [
-        (await client.start("tests.order", {"customer": customer}, delay=later)).id
-        for _ in range(4)
-    ]
+    made = []
+    for _ in range(4):
+        made.append((await client.start("tests.order", {"customer": customer}, delay=later)).id)
+        await asyncio.sleep(0.002)  # a millisecond of its own: the range below is to the ms
     listed = await client.list(capability="tests.order", search=f"customer={customer}")
     assert [x.id for x in listed.executions] == made[::-1]
     anywhere = await client.list(search=f"customer={customer}", order="asc")
