@@ -187,6 +187,11 @@ def _watch_children() -> None:
 
 _watch_children()
 
+# Imported once here, before any test is watched: croniter's import asks `file` about the
+# interpreter (platform.architecture), a child process of no test's own, which would fail
+# whichever quick test happened to import it first.
+import croniter  # noqa: E402, F401
+
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: Any, nextitem: Any) -> Any:

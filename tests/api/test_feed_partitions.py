@@ -174,7 +174,7 @@ async def wakes_on_each_partition(redis: Any, engine: Engine) -> None:
     cursor = START
     for p in (2, 0, 1):
         reader = asyncio.create_task(engine.read_feed(cursor, FOREVER_MS))
-        await asyncio.sleep(0.2)  # time passes: the read waits
+        await asyncio.sleep(0.05)  # time passes: the read waits
         assert not reader.done()
         sid = await add(redis, engine, p, "*", f"x-{p}", 1)
         # Woken by the entry: a read that waited its whole wait would outlive the test.
@@ -216,7 +216,7 @@ async def test_the_per_partition_reads_of_a_cluster_keep_their_connections_acros
     async def wake(partition: int) -> None:
         nonlocal cursor
         reader = asyncio.create_task(engine3.read_feed(cursor, FOREVER_MS))
-        await asyncio.sleep(0.1)  # time passes: the read waits
+        await asyncio.sleep(0.05)  # time passes: the read waits
         assert not reader.done()
         sid = await add(redis, engine3, partition, "*", f"x-{partition}", 1)
         page = await asyncio.wait_for(reader, LIVENESS_SECONDS)

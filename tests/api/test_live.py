@@ -28,6 +28,7 @@ from tests.api.conftest import (
     wait_final,
 )
 from tests.api.test_http import assert_envelope
+from tests.conftest import LIVENESS_SECONDS
 
 FEED_ID = re.compile(r"^\d+-\d+$")
 
@@ -275,9 +276,9 @@ def test_past_max_live_channels_a_new_one_is_refused_503(locked_api: ApiProcess)
             assert first.status_code == second.status_code == 200
             assert client.get("/api/v1/live").json()["channels"] == 2
             assert_envelope(client.get("/events"), 503, "unavailable")
-        for _ in range(100):  # the server notices the two closed channels
-            if client.get("/api/v1/live").json()["channels"] == 0:
-                break
+        deadline = time.monotonic() + LIVENESS_SECONDS
+        while client.get("/api/v1/live").json()["channels"] != 0:  # it notices them closed
+            assert time.monotonic() < deadline, "the two closed channels are still counted"
             time.sleep(0.02)
         status, messages = read_stream(client, until=lambda m: m.event == "stream.ready")
         assert status == 200 and messages[0].event == "stream.ready"

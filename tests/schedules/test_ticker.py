@@ -20,6 +20,7 @@ from majordomus.schedules import MISSED_CODE, Schedule, ScheduleDefinition
 from majordomus.store.keys import Keys
 from majordomus.ticker import Ticker
 from tests.capabilities import Done, Empty
+from tests.conftest import until
 
 EVERY_SECOND = "* * * * * *"
 
@@ -264,7 +265,11 @@ async def test_declared_schedules_are_synced_at_start_and_kept_paused(
     again = Ticker(engine)  # a worker restarting: synced again, its pause kept
     again.start()
     try:
-        await asyncio.sleep(0.2)
+
+        async def synced() -> bool:
+            return again.synced
+
+        await until(synced)
         listed = await _until_listed(engine, 2)
         assert {s.id: s.paused for s in listed} == {
             "tests.declared:0": False,

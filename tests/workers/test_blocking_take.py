@@ -141,15 +141,16 @@ async def test_a_full_worker_takes_a_start_made_meanwhile_as_soon_as_a_slot_free
     # A fallback poll that never comes: only the freed slot can bring the second start.
     cfg = make_settings(redis_url, poll_seconds=FOREVER_MS / 1000)
     async with running_worker(redis, cfg, max_jobs=1) as worker:
-        first = await engine.start("tests.sleepy", {"seconds": 1.0})
+        first = await engine.start("tests.sleepy", {"seconds": 60})  # until cancelled below
         await until(lambda: _state_is(engine, first.id, "running"))
         assert worker.job_counter == 1 and not await waiting_in_redis(worker)
         second = await engine.start("tests.noop", {})  # its wake-up waits on the list
         await asyncio.sleep(0.2)  # time passes: the slot is still held
         assert (await engine.get(second.id)).state == "queued"
+        await engine.cancel(first.id)  # the slot frees
         done = await engine.wait(second.id, LIVENESS_SECONDS * 1000)
         ended = await engine.get(first.id)
-    assert ended.state == "succeeded" and done.state == "succeeded"
+    assert ended.state == "cancelled" and done.state == "succeeded"
     assert _epoch(done.started_at) >= _epoch(ended.finished_at)  # once the slot freed
     print(f"started {_epoch(done.started_at) - _epoch(ended.finished_at):.3f} s after")
 

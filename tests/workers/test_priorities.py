@@ -30,7 +30,7 @@ async def test_high_starts_go_before_the_low_ones_waiting_for_a_busy_worker(
     cfg = make_settings(redis_url, max_jobs=1)
     engine = Engine(redis, REGISTRY, cfg)
     async with running_worker(redis, cfg):
-        busy = await engine.start("tests.sleepy", {"seconds": 1.0})
+        busy = await engine.start("tests.sleepy", {"seconds": 60})  # until cancelled below
         await until(lambda: _state_is(engine, busy.id, "running"))
         lows = [(await engine.start("tests.noop", {}, options=LOW)).id for _ in range(200)]
         highs = [await engine.start("tests.noop", {}, options=HIGH) for _ in range(20)]
@@ -39,6 +39,7 @@ async def test_high_starts_go_before_the_low_ones_waiting_for_a_busy_worker(
         queued = [(await engine.events(h.id, 1, 1)).events[0] for h in highs]
         assert [q.data.ahead for q in queued] == list(range(20))  # type: ignore[union-attr]
         ids = [h.id for h in highs] + lows
+        await engine.cancel(busy.id)  # the slot frees once all of them wait
 
         async def all_done() -> bool:
             return all(s == "succeeded" for s in await engine.store.states(ids))
