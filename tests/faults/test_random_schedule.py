@@ -87,7 +87,7 @@ class Schedule:
         self.done.append(f"latency {seconds}s each way on every proxy for 1.5s")
         for p in self.s.proxies:
             p.delay(seconds)
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(1.5)  # the fault lasts this long
         self.s.restore()
 
     async def restart_redis(self) -> None:

@@ -81,7 +81,7 @@ async def test_a_redis_cut_under_load_loses_nothing_and_no_process_exits(
     scenario.api()
     await scenario.ready()
     ids = await load(scenario, 50)
-    await asyncio.sleep(1)
+    await asyncio.sleep(1)  # the load runs a while before the fault
     cancelled = ids[0]
 
     scenario.outage(scenario.children)
@@ -128,10 +128,10 @@ async def test_redis_restarted_with_its_data_loses_nothing(scenario: Scenario) -
     scenario.api()
     await scenario.ready()
     ids = await load(scenario, 30)
-    await asyncio.sleep(1)
+    await asyncio.sleep(1)  # the load runs a while before the fault
 
     scenario.redis.stop()  # SIGKILL; the append-only file has every acknowledged write
-    await asyncio.sleep(1.5)
+    await asyncio.sleep(1.5)  # Redis stays stopped this long
     scenario.assert_alive(during="Redis stopped")
     scenario.redis.start()
     restarted = time.monotonic()
@@ -253,7 +253,7 @@ async def test_a_cancel_racing_the_cut_is_never_left_cancelling(scenario: Scenar
     api = scenario.api()
     await scenario.ready()
     ids = await load(scenario, 16)
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # the load runs a while before the fault
     rng = random.Random(11)
     offsets = [rng.uniform(-0.3, 0.3) for _ in ids]
     answers: dict[str, object] = {}

@@ -95,7 +95,7 @@ async def test_a_killed_workers_executions_fail_unavailable_in_time_and_never_re
         scenario.assert_alive(during=what)
 
     # Long enough for a requeued job to have been picked up by the idle workers.
-    await asyncio.sleep(1)
+    await asyncio.sleep(1)  # time passes: a requeued job would have run by now
     verdict = await scenario.check(everything, failure_codes={"unavailable"})
     moved = [i for i, wid in lost_ever.items() if str(verdict.snapshots[i].worker) != wid]
     assert not moved, f"executions of a dead worker ran elsewhere: {moved[:5]}"
@@ -134,7 +134,7 @@ async def test_a_killed_slot_holder_frees_its_slot_and_the_waiting_run_in_order(
     waiting: list[str] = []
     for _ in range(5):  # one at a time: their creation order is the order they must run in
         waiting += await scenario.start(1, SERIAL, seconds=0.2)
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # time passes: they stay queued behind the slot
     assert set((await scenario.states(waiting)).values()) == {"queued"}
     owner = str((await scenario.engine.get(holder)).worker)
     pids = {wid: pid for pid, wid in (await scenario.worker_ids()).items()}
@@ -169,7 +169,7 @@ async def test_a_worker_killed_while_taking_a_burst_strands_nothing(scenario: Sc
     scenario.api()
     await scenario.ready()
     ids = await scenario.start(300, SLEEPY, seconds=0.05)
-    await asyncio.sleep(0.03)
+    await asyncio.sleep(0.03)  # the kill lands mid-burst
     victim.kill()
     await scenario.wait_final(ids, BOUND + 10, "the burst, after its taker was killed")
     verdict = await scenario.check(ids, failure_codes={"unavailable"})

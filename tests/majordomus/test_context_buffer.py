@@ -251,7 +251,7 @@ async def test_an_execution_redis_forgot_drops_its_reports_and_ends_quietly(
     xid = await running_execution(engine)
     ctx = ExecutionContext(engine.store, xid, WORKER)
     ctx.log("kept")
-    await asyncio.sleep(0.1)
+    await until(lambda: ctx_written(ctx))
     await redis.delete(*(await redis.keys(f"*{xid}*")))  # as a Redis come back empty would
     ctx.log("nowhere to go")
     result = await ctx.finish("execution.completed", b'{"output":{}}')
@@ -275,7 +275,7 @@ async def test_a_cancelled_handler_held_at_the_bound_is_let_go(
                 await asyncio.sleep(0)
 
         task = asyncio.ensure_future(ctx.held(handler()))
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # time passes: the handler stays held
         assert not task.done() and ctx.pending()[0] <= 6  # held while Redis is away
         task.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -48,7 +48,7 @@ async def test_the_callers_cancellation_goes_on_up() -> None:
 
     child = asyncio.create_task(stubborn())
     stopper = asyncio.create_task(stop_task(child))
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # time passes: the stop is under way
     stopper.cancel()
     with pytest.raises(asyncio.CancelledError):
         await stopper

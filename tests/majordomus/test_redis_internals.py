@@ -133,7 +133,7 @@ async def test_layout_lock_is_the_lock_redis_py_holds_while_asking() -> None:
     async with lock:
         # redis-py's `initialize` waits on the same lock: it does not get past it.
         asking = asyncio.create_task(cluster.initialize())
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # time passes: it stays behind the lock
         assert not asking.done()
     with pytest.raises(RedisClusterException, match="cannot be connected"):
         await asyncio.wait_for(asking, 10)  # then asks port 1, which refuses

@@ -14,6 +14,7 @@ import pytest
 from mcp import Client, MCPError
 
 from majordomus.registry import REGISTRY
+from tests.conftest import LIVENESS_SECONDS, until
 from tests.mcp.conftest import MODES, PROTOCOL_OF, ApiProcess, call, failure, until_state
 
 
@@ -76,8 +77,7 @@ async def test_a_full_run_started_paged_and_another_cancelled_mid_way(
             snap = await call(client, "majordomus_execution", {"id": other["id"]})
             return snap.get("progress")
 
-        while not await has_progress():
-            await anyio.sleep(0.05)
+        await until(has_progress, timeout=LIVENESS_SECONDS, interval=0.05)
         answer = await call(client, "majordomus_execution_cancel", {"id": other["id"]})
         assert answer["outcome"] == "requested"
         cancelled = await until_state(client, other["id"], {"succeeded", "failed", "cancelled"})

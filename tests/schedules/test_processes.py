@@ -130,7 +130,7 @@ def test_every_second_for_six_seconds_beside_two_apis_starts_exactly_six(
         time.sleep(SECONDS)
         paused = b.post("/api/v1/schedules/pause", json={"id": schedule_id})
         assert paused.status_code == 200 and paused.json()["schedule"]["paused"], paused.text
-        time.sleep(1.2)
+        time.sleep(1.2)  # ticks come and go: time passes
         listed = b.get("/api/v1/executions", params={"capability": "tests.noop"}).json()
         started = named(listed["executions"], schedule_id)
         assert len(started) == SECONDS, [s["idempotency_key"] for s in started]
@@ -147,16 +147,16 @@ def test_a_paused_schedule_starts_nothing_until_resumed(apis: list[ApiProcess]) 
             "/api/v1/schedules/create",
             json={"capability": "tests.noop", "cron": EVERY_SECOND, "name": "pausing"},
         ).json()
-        time.sleep(2.0)
+        time.sleep(2.0)  # ticks come and go: time passes
         http.post("/api/v1/schedules/pause", json={"id": made["id"]}).raise_for_status()
         paused_ms = time.time() * 1000
-        time.sleep(2.0)
+        time.sleep(2.0)  # ticks come and go: time passes
         resumed = http.post("/api/v1/schedules/resume", json={"id": made["id"]})
         assert resumed.status_code == 200 and resumed.json()["changed"], resumed.text
         resumed_ms = time.time() * 1000
-        time.sleep(2.0)
+        time.sleep(2.0)  # ticks come and go: time passes
         http.post("/api/v1/schedules/pause", json={"id": made["id"]}).raise_for_status()
-        time.sleep(1.2)
+        time.sleep(1.2)  # ticks come and go: time passes
         listed = http.get("/api/v1/executions", params={"capability": "tests.noop"}).json()
         ticks = sorted(tick_of(s) for s in named(listed["executions"], made["id"]))
         assert len(ticks) == 4, ticks  # two before the pause, two after the resume

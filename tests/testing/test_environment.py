@@ -74,7 +74,7 @@ async def test_a_killed_worker_writes_nothing_more(env: Environment) -> None:
 
     killed = await env.kill_worker()
     await execution.cancel()  # asked of a worker that is gone: nobody ends it
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # time passes: nobody ends it
 
     assert killed.killed and not killed.alive
     after = await env.client.events(execution.id)

@@ -85,7 +85,7 @@ async def test_a_stopping_workers_wait_takes_nothing_and_hands_its_wake_up_on(
     await _leased(engine)
     await _leased(engine, "other")
     waiting = asyncio.ensure_future(store.take_blocking(WORKER, store.next_token(), 5.0))
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # for the take to be waiting in Redis (it gives no sign)
     await store.stop_blocking(WORKER)
     snap = await engine.start("tests.noop", {})
     assert (await waiting).taken == []
