@@ -37,6 +37,7 @@ from majordomus.store.policy import blocking_reads
 from majordomus.store.queue import QueueStore
 from majordomus.store.rollup import RollupStore
 from majordomus.store.signals import SignalStore
+from majordomus.store.stored_format import EVENT_ENTRY
 from majordomus.store.workers import WorkerStore
 
 
@@ -100,12 +101,15 @@ class Created:
     start answers, read as any snapshot is (`stored_format.snapshot_of`)."""
 
 
+_ENTRY = EVENT_ENTRY.encode()
+
+
 def _envelopes(entries: Sequence[Any]) -> list[bytes]:
     """The stored envelope of each stream entry, as redis-py parses them (id, {field:
     value}) or as Redis sends them ([id, [field, value]]): an execution's entries have the
     one field `e`."""
     if entries and isinstance(entries[0][1], dict):
-        return [fields[b"e"] for _, fields in entries]
+        return [fields[_ENTRY] for _, fields in entries]
     return [fields[1] for _, fields in entries]
 
 
@@ -470,7 +474,7 @@ class ExecutionStore(StoreBase):
             )
         if not raw:
             return []
-        return [fields[b"e"] for _, fields in raw[0][1]]
+        return [fields[_ENTRY] for _, fields in raw[0][1]]
 
     # -- retention ----------------------------------------------------------------------
 
@@ -581,17 +585,13 @@ def created_hash(args: Sequence[Any], ahead: int) -> dict[bytes, bytes]:
     with what the script wrote, through every option, so the two cannot drift apart."""
     fields = {b"state": b"queued", b"last_seq": b"2", b"ahead": b"%d" % ahead}
     for field, at in CREATED_FROM_ARGV:
-        fields[field] = _bytes(args[at])
+        value = args[at]  # as Redis stores an argument (a number as its text)
+        fields[field] = value if value.__class__ is bytes else str(value).encode()
     for at in range(CREATE_OPTIONS_AT, len(args), 2):
         kept = CREATED_FROM_OPTIONS.get(args[at])
         if kept is not None:
-            fields[kept] = _bytes(args[at + 1])
+            fields[kept] = str(args[at + 1]).encode()
     return fields
-
-
-def _bytes(value: Any) -> bytes:
-    """An argument as Redis stores it (a number as its text)."""
-    return value if isinstance(value, bytes) else str(value).encode()
 
 
 def _append_result(raw: Any, requested: int) -> AppendResult:

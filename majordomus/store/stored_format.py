@@ -16,8 +16,24 @@ out in Redis, and derives the rest from them:
 
 tests/majordomus/test_stored_format.py runs every path of the scripts and fails when what
 they write drifts from this declaration: a hash field that is not declared, a declared one
-never written, an envelope whose members are not the Struct's. The key names the scripts
-build are `keys.py`'s (`keys.SCRIPT_KEY_NAMES`). It issues no Redis command.
+never written, an envelope whose members are not the Struct's, an event's data missing a
+required member of its Struct. The key names the scripts build are `keys.py`'s
+(`keys.SCRIPT_KEY_NAMES`). It issues no Redis command.
+
+**Adding a member**, then, touches:
+
+- to every event (`EventEnvelope`): the Struct, and its value in `ENVELOPE_VALUES` (a
+  constant, or a Lua expression of the envelope function's arguments; one the function is
+  not given yet is a new argument, passed by the scripts' three calls of it);
+- to one event's data: its Struct, and what writes it: the handler's context (nearly every
+  event's data is encoded from its Struct in Python and stored as it is); only
+  `execution.queued`'s (create.lua) and a cancel's error (append.lua) are written in Lua,
+  which the test checks holds every required member;
+- to the snapshot: `ExecutionSnapshot`, and the script that writes its field (a member
+  derived on reading instead: `DERIVED` and `_derive`); one only the store reads:
+  `StoreFields`, and its script. One a create writes is also in the hash a start answers
+  (`executions.created_hash`, which the test compares with create.lua's). Reading it needs
+  nothing more.
 """
 
 from __future__ import annotations
@@ -111,14 +127,28 @@ def snapshot_of(
 ) -> ExecutionSnapshot:
     """A snapshot hash (as HGETALL answers it) as the `ExecutionSnapshot` it stores; the
     store's own fields are left out, an undeclared one is ignored (a newer writer's)."""
-    members = dict(ABSENT_AS)
+    members = ABSENT_AS.copy()
     decode_json = msgspec.json.decode
+    layout = SNAPSHOT_LAYOUT.get
     for key, value in raw.items():
-        kept = SNAPSHOT_LAYOUT.get(key)
-        if kept is not None:
-            members[kept[0]] = decode_json(value) if kept[1] else value.decode()
+        name, is_json = layout(key, _NOT_KEPT)
+        if name:
+            members[name] = decode_json(value) if is_json else value.decode()
     _derive(members, links)
     return msgspec.convert(members, ExecutionSnapshot, strict=False)
+
+
+_NOT_KEPT = ("", False)
+
+
+# -- the streams ------------------------------------------------------------------------------
+
+EVENT_ENTRY = "e"
+"""The one field of an entry of an execution's stream (`<seq>-0`): the event's envelope."""
+
+FEED_ENTRY = ("x", "s", "e")
+"""The fields of an entry of a partition's feed: the execution's id, the event's sequence,
+its envelope."""
 
 
 # -- the envelope ----------------------------------------------------------------------------

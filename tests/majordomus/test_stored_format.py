@@ -18,12 +18,28 @@ import msgspec
 import pytest
 
 from majordomus.engine import Engine
-from majordomus.model import EventEnvelope, ExecutionEvent, ExecutionSnapshot, event_decoder
+from majordomus.errors import ExecutionError
+from majordomus.model import (
+    CancellingData,
+    CompletedData,
+    EventEnvelope,
+    ExecutionDiagnostic,
+    ExecutionEvent,
+    ExecutionSnapshot,
+    FailedData,
+    LogData,
+    ProgressView,
+    StepCompletedData,
+    StepStartedData,
+    event_decoder,
+)
 from majordomus.start_options import StartOptions
 from majordomus.store import keys, stored_format
 from majordomus.store.executions import StartPlan, encode
 from majordomus.store.scripts import LUA_DIR, load_script
 from majordomus.store.stored_format import (
+    EVENT_ENTRY,
+    FEED_ENTRY,
     SNAPSHOT_FIELDS,
     EnvelopeDrift,
     StoreFields,
@@ -32,22 +48,22 @@ from majordomus.store.stored_format import (
 )
 
 WORKER = "format"
-FAILED = encode({"error": {"code": "internal", "message": "x", "correlation_id": "c"}})
+# Each event's data as the model encodes it: a member added to one of these Structs reaches
+# the scripts here as it would from a worker.
+ERROR = ExecutionError("internal", "x", "c", "look")
 REPORTS = [
-    ("execution.progress", b'{"current":1,"total":2,"message":"half"}'),
-    ("execution.step.started", b'{"name":"a","title":"A"}'),
-    ("execution.step.completed", b'{"name":"a","ok":true,"detail":"fine"}'),
-    ("execution.log", b'{"stream":"handler","message":"hello"}'),
-    (
-        "execution.diagnostic",
-        b'{"severity":"info","code":"c","summary":"s","detail":"d","suggestion":"x"}',
-    ),
+    ("execution.progress", encode(ProgressView(1, 2, "half"))),
+    ("execution.step.started", encode(StepStartedData("a", "A"))),
+    ("execution.step.completed", encode(StepCompletedData("a", True, "fine"))),
+    ("execution.log", encode(LogData("handler", "hello"))),
+    ("execution.diagnostic", encode(ExecutionDiagnostic("info", "c", "s", "d", "x"))),
 ]
 ENDS = {
-    "succeeded": ("execution.completed", b'{"output":{"ok":true}}'),
-    "failed": ("execution.failed", FAILED),
+    "succeeded": ("execution.completed", encode(CompletedData({"ok": True}))),
+    "failed": ("execution.failed", encode(FailedData(ERROR))),
     "cancelled": ("execution.cancelled", b""),
 }
+CANCELLING = ("execution.cancelling", encode(CancellingData("t")))
 
 
 async def take(engine: Engine) -> list[str]:
@@ -85,7 +101,7 @@ async def every_path(engine: Engine) -> list[str]:
     # Every report, and each end: by a worker, a cancel while running, an append's claim.
     assert (await store.append(ids[0], REPORTS, WORKER, token=store.next_token())).complete
     assert (await store.append(ids[0], [ENDS["succeeded"]], WORKER)).complete
-    assert (await store.append(ids[1], [("execution.cancelling", b'{"by":"t"}')])).complete
+    assert (await store.append(ids[1], [CANCELLING])).complete
     assert (await store.append(ids[1], [ENDS["cancelled"]], WORKER)).complete
     assert (await store.append(ids[2], [ENDS["failed"]], WORKER)).complete
     claimed = await engine.start("tests.noop", {})
@@ -139,6 +155,13 @@ async def test_the_snapshot_hash_holds_exactly_the_declared_fields(engine: Engin
             if k.decode() in StoreFields.__struct_fields__
         }
         msgspec.convert(own, StoreFields, strict=False)
+    # What the ends and reports folded in reads back as the events carried it.
+    done, cancelled, failed = [
+        snapshot_of(await engine.store.snapshot(x) or {}, engine.links) for x in ids[:3]
+    ]
+    assert done.output == {"ok": True} and done.progress == ProgressView(1, 2, "half")
+    assert done.steps[0].detail == "fine" and done.diagnostics[0].suggestion == "x"
+    assert failed.error == ERROR and cancelled.error.code == "cancelled"  # type: ignore[union-attr]
     assert written - SNAPSHOT_FIELDS == set(), "written by a script, declared nowhere"
     assert SNAPSHOT_FIELDS - written == set(), "declared, written by no script"
 
@@ -147,13 +170,16 @@ async def test_every_envelope_a_script_writes_is_exactly_the_structs(engine: Eng
     ids = await every_path(engine)
     types: set[str] = set()
     problems: list[str] = []
+    entry, feed_entry = EVENT_ENTRY.encode(), [f.encode() for f in FEED_ENTRY]
     for xid in ids:
         for _, fields in await engine.redis.xrange(engine.store.keys.events(xid)):
-            problems += envelope_problems(fields[b"e"])
-            types.add(msgspec.json.decode(fields[b"e"])["type"])
+            assert list(fields) == [entry]
+            problems += envelope_problems(fields[entry])
+            types.add(msgspec.json.decode(fields[entry])["type"])
     for part in engine.store.keys.partitions:
         for _, fields in await engine.redis.xrange(part.feed):
-            problems += envelope_problems(fields[b"e"])
+            assert list(fields) == feed_entry
+            problems += envelope_problems(fields[entry])
     assert problems == []
     every = {t.__struct_config__.tag for t in ExecutionEvent.__args__}  # type: ignore[attr-defined]
     assert types == every  # every type was written: the check above saw each
@@ -278,7 +304,9 @@ def key_literals(text: str) -> set[str]:
 
 
 def test_every_key_name_a_script_spells_out_is_declared_in_keys() -> None:
-    assert {"SNAPSHOT", "EVENTS", "CAPABILITY_SLOTS", "ROLLUP"} <= set(KEY_NAMES)  # the scan sees them
+    assert {"SNAPSHOT", "EVENTS", "CAPABILITY_SLOTS", "ROLLUP"} <= set(
+        KEY_NAMES
+    )  # the scan sees them
     declared = set(KEY_NAMES.values())
     for path in sorted(LUA_DIR.glob("*.lua")):
         undeclared = key_literals(path.read_text()) - declared
