@@ -125,7 +125,7 @@ async def test_three_partitions_on_one_redis_run_list_cap_and_dedupe_in_one_slot
 
         # A capped capability's executions live in its one partition, one at a time.
         home = keys.partition_of_capability("tests.serial")
-        serial = [await engine.start("tests.serial", {"seconds": 0.2}) for _ in range(3)]
+        serial = [await engine.start("tests.serial", {"seconds": 0.05}) for _ in range(3)]
         assert {keys.partition_of(s.id) for s in serial} == {home}
         ends = [await engine.wait(s.id, timeout_ms=20_000) for s in serial]
         assert [e.state for e in ends] == ["succeeded"] * 3
