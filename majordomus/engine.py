@@ -81,11 +81,12 @@ from majordomus.store.executions import (
     Searched,
     StartPlan,
     Store,
+    created_members,
     encode,
 )
 from majordomus.store.failures import UNREACHABLE, RedisTimeout
 from majordomus.store.feed import CURSOR_SEPARATOR, FeedBounds, FeedEntry
-from majordomus.store.stored_format import snapshot_of
+from majordomus.store.stored_format import snapshot_of, snapshot_of_members
 
 ID_DRAWS = 5
 """How many ids a start draws before it gives up. An id carries 32 random bits a second: at
@@ -449,10 +450,10 @@ class Engine:
             return await self._held(key or "", created, fingerprint)
         METRICS.execution_started(cap.id)
         METRICS.events_appended(2)  # execution.created, execution.queued
-        # The hash the create wrote, read as any snapshot is, rather than read back: the
-        # answer is the queued snapshot even when a worker has already picked it up.
-        assert created.stored is not None
-        return self.snapshot_from(created.stored)
+        # What the create wrote, known from its arguments rather than read back (the answer
+        # is the queued snapshot even when a worker has already picked it up); the test of
+        # the stored format checks it is what a read of the hash answers.
+        return snapshot_of_members(created_members(created.args), self.links)
 
     async def _held(self, key: str, created: Created, fingerprint: str) -> ExecutionSnapshot:
         """The answer of a start whose idempotency key an execution already holds: that

@@ -37,7 +37,7 @@ from majordomus.store.policy import blocking_reads
 from majordomus.store.queue import QueueStore
 from majordomus.store.rollup import RollupStore
 from majordomus.store.signals import SignalStore
-from majordomus.store.stored_format import EVENT_ENTRY
+from majordomus.store.stored_format import EVENT_ENTRY, SNAPSHOT_LAYOUT
 from majordomus.store.workers import WorkerStore
 
 
@@ -96,9 +96,10 @@ class Created:
     held_by: str | None = None
     """The execution that already holds the idempotency key (nothing was created)."""
     held_fingerprint: str = ""
-    stored: dict[bytes, bytes] | None = None
-    """The snapshot hash as the create wrote it (`created_hash`), but its `order`: what a
-    start answers, read as any snapshot is (`stored_format.snapshot_of`)."""
+    args: Sequence[Any] = ()
+    """The create's arguments (create.lua's ARGV), from which the snapshot it wrote is known
+    without reading it back: its fields (`created_hash`) and its members (`created_members`,
+    what a start answers)."""
 
 
 _ENTRY = EVENT_ENTRY.encode()
@@ -264,7 +265,7 @@ class ExecutionStore(StoreBase):
             return Created(0, stamp, held_by=_text(answer[1]), held_fingerprint=_text(answer[2]))
         if code < 0:
             raise IdTaken(f"execution id {execution_id} already exists")
-        return Created(code, stamp, stored=created_hash(args, code))
+        return Created(code, stamp, args=args)
 
     def _append_call(
         self,
@@ -578,12 +579,43 @@ CREATED_FROM_OPTIONS: dict[str, bytes] = {
 CREATE_OPTIONS_AT = 15
 """Where a create's options begin (ARGV[16], create.lua)."""
 
+CREATED_CONSTANTS: tuple[tuple[bytes, bytes], ...] = ((b"state", b"queued"), (b"last_seq", b"2"))
+"""The snapshot's fields create.lua writes the same for every execution."""
+
+
+def created_members(args: Sequence[Any]) -> dict[str, Any]:
+    """The members of `ExecutionSnapshot` create.lua writes given `args` (`created_hash`'s
+    fields that are members, by the same tables): what a start answers, without writing
+    its hash out as bytes to read it back (`stored_format.snapshot_of_members`)."""
+    members = dict(_CREATED_CONSTANT_MEMBERS)
+    for name, at, is_json in _CREATED_MEMBERS:
+        members[name] = msgspec.json.decode(args[at]) if is_json else args[at]
+    for at in range(CREATE_OPTIONS_AT, len(args), 2):
+        option = _CREATED_OPTION_MEMBERS.get(args[at])
+        if option is not None:
+            members[option] = args[at + 1]
+    return members
+
+
+_CREATED_CONSTANT_MEMBERS = {SNAPSHOT_LAYOUT[f][0]: v.decode() for f, v in CREATED_CONSTANTS}
+_CREATED_MEMBERS = [
+    (SNAPSHOT_LAYOUT[f][0], at, SNAPSHOT_LAYOUT[f][1])
+    for f, at in CREATED_FROM_ARGV
+    if f in SNAPSHOT_LAYOUT  # not a field only the store reads
+]
+_CREATED_OPTION_MEMBERS = {
+    option: SNAPSHOT_LAYOUT[f][0]
+    for option, f in CREATED_FROM_OPTIONS.items()
+    if f in SNAPSHOT_LAYOUT
+}
+
 
 def created_hash(args: Sequence[Any], ahead: int) -> dict[bytes, bytes]:
     """The snapshot hash create.lua writes given `args` (its ARGV) and answering `ahead`, but
     its `order` (the script's own count): tests/majordomus/test_stored_format.py compares it
     with what the script wrote, through every option, so the two cannot drift apart."""
-    fields = {b"state": b"queued", b"last_seq": b"2", b"ahead": b"%d" % ahead}
+    fields = dict(CREATED_CONSTANTS)
+    fields[b"ahead"] = b"%d" % ahead
     for field, at in CREATED_FROM_ARGV:
         value = args[at]  # as Redis stores an argument (a number as its text)
         fields[field] = value if value.__class__ is bytes else str(value).encode()

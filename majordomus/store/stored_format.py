@@ -138,6 +138,16 @@ def snapshot_of(
     return msgspec.convert(members, ExecutionSnapshot, strict=False)
 
 
+def snapshot_of_members(
+    members: dict[str, Any], links: Callable[[str], ExecutionLinks]
+) -> ExecutionSnapshot:
+    """The `ExecutionSnapshot` of the members a hash holds, each as text (a scalar's) or as
+    its JSON decoded (`executions.created_members`): what `snapshot_of` reads, made the same."""
+    members = {**ABSENT_AS, **members}
+    _derive(members, links)
+    return msgspec.convert(members, ExecutionSnapshot, strict=False)
+
+
 _NOT_KEPT = ("", False)
 
 
