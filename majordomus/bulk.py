@@ -31,7 +31,6 @@ from majordomus.matching import Match
 from majordomus.retries import RETRY_KEY_PREFIX, Retry
 from majordomus.schemas import has_sensitive
 from majordomus.start_options import StartOptions
-from majordomus.store.failures import UNREACHABLE
 
 if TYPE_CHECKING:
     from majordomus.engine import Engine
@@ -120,6 +119,8 @@ async def cancel_matching(
     engine: Engine, match: Match, *, by: str, own_id: str | None, progress: Progress, stop: Stop
 ) -> CancelMatchingOutput:
     """Cancel every queued or running execution `match` selects (see the module)."""
+    from majordomus.store.failures import UNREACHABLE  # declaring loads no Redis client
+
     try:
         return await _cancel_matching(engine, match, by, own_id, progress, stop)
     except UNREACHABLE as exc:
@@ -163,6 +164,8 @@ async def retry_matching(
 ) -> RetryMatchingOutput:
     """Start again every failed or cancelled execution `match` selects that was not retried
     yet, each as the next attempt of its chain (see the module)."""
+    from majordomus.store.failures import UNREACHABLE  # declaring loads no Redis client
+
     try:
         return await _retry_matching(engine, match, own_id, progress, stop)
     except UNREACHABLE as exc:

@@ -23,10 +23,12 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 
 from majordomus.clock import now_stamp, stamp_of
-from majordomus.store.rollup import SETTLED_MINUTES, Minute, Tally, percentile
 
 if TYPE_CHECKING:
+    # The store (and Redis's client with it) is loaded by a read, not by declaring the
+    # built-in: `majordomus --help` declares every built-in.
     from majordomus.engine import Engine
+    from majordomus.store.rollup import Minute, Tally
 
 Span = Literal["hour", "day"]
 
@@ -88,6 +90,8 @@ class ExecutionStats(msgspec.Struct):
 
 
 def _point(at_ms: int, tally: Tally) -> StatsPoint:
+    from majordomus.store.rollup import percentile
+
     def ms(value: float | None) -> float | None:
         return None if value is None else round(value, 1)
 
@@ -106,6 +110,8 @@ def _point(at_ms: int, tally: Tally) -> StatsPoint:
 
 def _series(capability: str | None, steps: list[Minute], first: int, step: int) -> StatsSeries:
     """The series of one capability (None: all of them) over the steps from `first`."""
+    from majordomus.store.rollup import Tally
+
     mine = [Tally() for _ in steps]
     for tally, tallies in zip(mine, steps, strict=True):
         for name, counted in tallies.items():
@@ -123,6 +129,8 @@ def _series(capability: str | None, steps: list[Minute], first: int, step: int) 
 
 async def execution_stats(engine: Engine, span: Span, capability: str | None) -> ExecutionStats:
     """The report of the last `span`, of every capability or of `capability` alone."""
+    from majordomus.store.rollup import SETTLED_MINUTES
+
     until, now_ms = now_stamp()
     step, points = STEP_MINUTES[span], POINTS[span]
     last_step = now_ms // 60_000 // step

@@ -29,6 +29,8 @@ NOT_FOR_THE_HELP = (
     # what only running a capability command imports
     "majordomus.engine",
     "majordomus.context",
+    "majordomus.store",
+    "redis",
     "majordomus.cli.render",
     "httpx",
     "httpx_sse",
