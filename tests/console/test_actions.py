@@ -17,7 +17,7 @@ from majordomus.registry import REGISTRY
 from majordomus.store.connect import connect
 from tests.api.conftest import ApiProcess
 from tests.conftest import make_settings
-from tests.console.conftest import PREFIX, ConsoleWorker
+from tests.console.conftest import PREFIX, ConsoleWorker, screenshot
 
 pytestmark = [pytest.mark.process, pytest.mark.slow]
 
@@ -73,6 +73,7 @@ def test_the_schedules_page_lists_pauses_resumes_and_runs_now(
         page.wait_for_selector(f'{row}[data-paused="false"]')
         assert page.eval_on_selector_all(f"{row} td.ticks div", "ds => ds.length") == 5
         assert "0 0 1 1 *" in page.text_content(row)
+        screenshot(page, "schedules")
 
         page.click(f'{row} button[data-action="pause"]')
         page.wait_for_selector(f'{row}[data-paused="true"]')
@@ -117,6 +118,7 @@ def test_the_episodes_page_lists_an_episode_and_its_executions(
         page.goto(console.url + "/episodes")
         row = page.wait_for_selector('#ep-list tr[data-episode="thread-42"][data-state="open"]')
         assert "1 open" in page.text_content("#ep-summary")
+        screenshot(page, "episodes")
         assert row.query_selector(f'a[href="/executions/{execution_id}"]')
         row.query_selector('a[href="/?episode=thread-42"]').click()
         page.wait_for_selector(f'main[data-page="executions"] tr[data-id="{execution_id}"]')
