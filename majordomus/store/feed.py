@@ -30,6 +30,10 @@ from redis.asyncio.cluster import RedisCluster
 
 from majordomus.store.base import StoreBase
 from majordomus.store.policy import blocking_reads
+from majordomus.store.stored_format import FEED_ENTRY
+
+_ID, _SEQ, _ENVELOPE = (name.encode() for name in FEED_ENTRY)
+"""A feed entry's fields as Redis answers them (`stored_format.FEED_ENTRY`)."""
 
 CURSOR_SEPARATOR = "_"
 """What joins the partitions' stream ids in a feed cursor."""
@@ -87,7 +91,7 @@ def _single(raw: Raw) -> list[FeedEntry]:
     out: list[FeedEntry] = []
     for fid, f in raw:
         sid = fid.decode()
-        out.append((sid, f[b"x"].decode(), int(f[b"s"]), f[b"e"], 0, sid))
+        out.append((sid, f[_ID].decode(), int(f[_SEQ]), f[_ENVELOPE], 0, sid))
     return out
 
 
@@ -108,7 +112,7 @@ def _merged(cursor: str, reads: Sequence[tuple[int, Raw]], count: int) -> list[F
     out: list[FeedEntry] = []
     for _, index, sid, f in rows[:count]:
         parts[index] = sid
-        out.append((cursor_of(parts), f[b"x"].decode(), int(f[b"s"]), f[b"e"], index, sid))
+        out.append((cursor_of(parts), f[_ID].decode(), int(f[_SEQ]), f[_ENVELOPE], index, sid))
     return out
 
 

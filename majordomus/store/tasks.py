@@ -28,6 +28,10 @@ from dataclasses import dataclass
 from majordomus.config import Settings
 from majordomus.store.base import StoreBase
 from majordomus.store.connect import RedisClient
+from majordomus.store.stored_format import EVENT_ENTRY
+
+_ENVELOPE = EVENT_ENTRY.encode()
+"""An event's field in its stream entry, as Redis answers it (`stored_format.EVENT_ENTRY`)."""
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,7 @@ class TaskStore(StoreBase):
         reads: list[TaskRead] = []
         for i in range(0, len(raw), 4):
             record, snapshot, last, _ = raw[i : i + 4]
-            envelope = last[0][1].get(b"e") if last else None
+            envelope = last[0][1].get(_ENVELOPE) if last else None
             reads.append(TaskRead(_record_of(record), snapshot or None, envelope))
         return reads
 
@@ -140,4 +144,4 @@ class TaskStore(StoreBase):
             pipe.hgetall(k.snapshot(execution_id))
             pipe.xrevrange(k.events(execution_id), "+", "-", count=1)
             snapshot, last = await pipe.execute()
-        return snapshot or None, last[0][1].get(b"e") if last else None
+        return snapshot or None, last[0][1].get(_ENVELOPE) if last else None
