@@ -250,9 +250,8 @@ def error_text(error: ExecutionError) -> Text:
 
 
 def execution_list(console: Console, answer: ExecutionList) -> None:
-    title = (
-        f"{answer.count} executions, newest first ({answer.active} active, {answer.queued} queued)"
-    )
+    # In the order asked for (`--sort`, `--order`; newest first unless told otherwise).
+    title = f"{answer.count} executions ({answer.active} active, {answer.queued} queued)"
     columns: list[Column] = [
         "id",
         "capability",
