@@ -48,6 +48,10 @@ class QueuedCapability(msgspec.Struct):
     """The id of the one waiting longest (None when none is due yet)."""
     oldest_wait_seconds: float
     """Since the oldest came due (0 when none is)."""
+    held: int = 0
+    """Of `count`, how many the capability's `max_concurrency` holds back: in its waiting
+    list, holding no worker, moved back into the queue as a slot frees. What a worker could
+    take now is `count - held` (what an autoscaler scales on)."""
     delayed: int = 0
     """How many wait for their `start_at` (a delayed start, a retry's backoff)."""
     next_due_at: str | None = None
@@ -198,6 +202,9 @@ async def _queued(store: Store, now_ms: int) -> tuple[int, list[QueuedCapability
         )
         for name in sorted({*counts, *later})
     ]
+    held = await store.waiting_counts([g.capability for g in groups])
+    for group, waiting in zip(groups, held, strict=True):
+        group.held = min(waiting, group.count)
     groups.sort(key=lambda g: (-g.oldest_wait_seconds, g.capability))
     return len(entries), groups
 

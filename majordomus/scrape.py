@@ -92,9 +92,22 @@ def _report_families(report: QueueReport) -> list[Metric]:
         "How long the oldest queued execution of each capability has waited.",
         labels=["capability"],
     )
+    held = GaugeMetricFamily(
+        "majordomus_queue_held",
+        "Of the executions queued and due, those a limit holds back (no worker could take "
+        "them now), by capability and limit.",
+        labels=["capability", "limit"],
+    )
+    delayed = GaugeMetricFamily(
+        "majordomus_queue_delayed",
+        "Executions queued for a later start (a delayed start, a retry's backoff), by capability.",
+        labels=["capability"],
+    )
     for group in report.queued_by_capability:
         depth.add_metric([group.capability], group.count)
         oldest.add_metric([group.capability], group.oldest_wait_seconds)
+        held.add_metric([group.capability, "concurrency"], group.held)
+        delayed.add_metric([group.capability], group.delayed)
     running = GaugeMetricFamily(
         "majordomus_executions_running",
         "Executions held by a worker now (running or cancelling), by capability.",
@@ -107,4 +120,4 @@ def _report_families(report: QueueReport) -> list[Metric]:
         "Workers that beat within the lease (silent ones are not counted).",
         value=sum(1 for w in report.workers if not w.silent),
     )
-    return [depth, oldest, running, alive]
+    return [depth, oldest, held, delayed, running, alive]

@@ -647,13 +647,14 @@ def queued_table(groups: list[QueuedCapability]) -> RenderableType:
     if not groups:
         return Text("nothing queued", style="dim")
     columns: list[Column] = [
-        "capability", ("count", NUMBER), ("oldest wait", NUMBER), "oldest", ("delayed", NUMBER),
-        "next due",
+        "capability", ("count", NUMBER), ("held", NUMBER), ("oldest wait", NUMBER), "oldest",
+        ("delayed", NUMBER), "next due",
     ]
     rows = (
         (
             g.capability,
             str(g.count),
+            str(g.held),
             seconds_text(g.oldest_wait_seconds) if g.oldest else "-",
             g.oldest or "-",
             str(g.delayed),

@@ -264,6 +264,15 @@ class QueueStore(StoreBase):
         part = self.keys.partition_of_capability(capability)
         return int(await self.redis.zcard(part.waiting(capability)))
 
+    async def waiting_counts(self, capabilities: Sequence[str]) -> list[int]:
+        """How many executions wait for a slot of each capability, in one round trip."""
+        if not capabilities:
+            return []
+        async with self.redis.pipeline(transaction=False) as pipe:
+            for capability in capabilities:
+                pipe.zcard(self.keys.partition_of_capability(capability).waiting(capability))
+            return [int(n) for n in await pipe.execute()]
+
     async def renew_slots(self, held: Sequence[tuple[str, str]]) -> None:
         if not held:
             return

@@ -32,6 +32,7 @@ FILES_RUN_BY = {
     "app_async.py": "tests/client/test_readme_client.py",
     "app_sync.py": "tests/client/test_readme_client.py",
     "test_greetings.py": "tests/testing/test_readme_testing.py",
+    "keda-scaledobject.yaml": "tests/docs/test_keda.py (its shape; no cluster runs here)",
 }
 """Every file a page writes out, and the test that runs it."""
 

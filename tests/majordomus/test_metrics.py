@@ -10,13 +10,16 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from majordomus.clock import now_stamp
 from majordomus.engine import Engine
 from majordomus.loops import Failures, loop_name
 from majordomus.metrics import METRICS, exposition
 from majordomus.registry import REGISTRY
+from majordomus.reports import queue_report
 from majordomus.scrape import cluster_families
+from majordomus.start_options import StartOptions
 from majordomus.store.failures import UNREACHABLE
-from tests.conftest import make_settings
+from tests.conftest import make_settings, running_worker, until
 
 log = logging.getLogger("tests.metrics")
 
@@ -101,6 +104,36 @@ async def test_a_scrape_reads_the_queue_and_the_workers_from_redis(engine: Engin
     assert sample(samples, "majordomus_queue_oldest_wait_seconds", capability="tests.noop") >= 0
     assert sample(samples, "majordomus_workers_alive") == 0  # none runs in this test
     assert sample(samples, "majordomus_live_listeners") == 3
+
+
+async def test_a_scrape_says_what_a_limit_holds_and_what_waits_for_its_time(
+    engine: Engine, redis: Any
+) -> None:
+    """Three starts of a capability of one slot with a worker: one runs, two are held by its
+    `max_concurrency` (no worker could take them: an autoscaler scales on depth less held);
+    a start for an hour later is delayed."""
+    later = StartOptions(start_at_ms=now_stamp()[1] + 3_600_000)
+    async with running_worker(redis, engine.settings):
+        made = [await engine.start("tests.serial", {"seconds": 600}) for _ in range(3)]
+        await engine.start("tests.serial", {"seconds": 0}, options=later)
+
+        async def held_two() -> bool:
+            report = await queue_report(engine)
+            group = {g.capability: g for g in report.queued_by_capability}.get("tests.serial")
+            return group is not None and group.held == 2
+
+        try:
+            await until(held_two)
+            samples = scraped(await cluster_families(engine))
+            depth = sample(samples, "majordomus_queue_depth", capability="tests.serial")
+            held = sample(
+                samples, "majordomus_queue_held", capability="tests.serial", limit="concurrency"
+            )
+            delayed = sample(samples, "majordomus_queue_delayed", capability="tests.serial")
+            assert (depth, held, delayed) == (2, 2, 1)
+        finally:
+            for snap in made:
+                await engine.cancel(snap.id, by="test")
 
 
 async def test_a_scrape_answers_without_the_queue_when_redis_is_slow(
