@@ -61,3 +61,18 @@ async def cluster_client(cluster: LocalCluster) -> AsyncIterator[Any]:
     await client.flushall()  # on every master
     yield client
     await client.aclose()
+
+
+@pytest.fixture
+def deployment(spawns: None, cluster: LocalCluster) -> Iterator[Any]:
+    """An API and workers of the test's own on the cluster, flushed first
+    (`tests.cluster.test_cluster_behaviour.Deployment`)."""
+    from tests.cluster.test_cluster_behaviour import Deployment
+
+    for port in cluster.ports:
+        cluster.ask(port, "FLUSHALL")
+    deployed = Deployment(cluster)
+    try:
+        yield deployed
+    finally:
+        deployed.close()

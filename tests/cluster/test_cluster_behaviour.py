@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -60,17 +59,6 @@ class Deployment:
         for worker in self.workers:
             worker.stop()
         self.api.close()
-
-
-@pytest.fixture
-def deployment(cluster: LocalCluster) -> Iterator[Deployment]:
-    for port in cluster.ports:
-        cluster.ask(port, "FLUSHALL")
-    deployed = Deployment(cluster)
-    try:
-        yield deployed
-    finally:
-        deployed.close()
 
 
 def test_executions_spread_over_the_shards_run_list_and_page_as_on_one_redis(

@@ -7,26 +7,13 @@ merges the masters' indexes newest first; a bulk cancel walks every partition.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from majordomus.store.keys import slot_of
-from tests.cluster.conftest import LocalCluster
 from tests.cluster.test_cluster_behaviour import PARTITIONS, Deployment
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
-
-
-@pytest.fixture
-def deployment(cluster: LocalCluster) -> Iterator[Deployment]:
-    for port in cluster.ports:
-        cluster.ask(port, "FLUSHALL")
-    deployed = Deployment(cluster)
-    try:
-        yield deployed
-    finally:
-        deployed.close()
 
 
 def test_a_search_merges_each_masters_index_and_a_bulk_cancel_walks_every_partition(

@@ -5,27 +5,13 @@ which a key of another slot would fail), and `executions.stats` sums the masters
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from majordomus.store.keys import slot_of
 from tests.api.conftest import start, wait_final
-from tests.cluster.conftest import LocalCluster
 from tests.cluster.test_cluster_behaviour import PARTITIONS, Deployment
 
 pytestmark = [pytest.mark.slow, pytest.mark.process]
-
-
-@pytest.fixture
-def deployment(cluster: LocalCluster) -> Iterator[Deployment]:
-    for port in cluster.ports:
-        cluster.ask(port, "FLUSHALL")
-    deployed = Deployment(cluster)
-    try:
-        yield deployed
-    finally:
-        deployed.close()
 
 
 def test_each_partition_counts_on_its_own_master_and_the_stats_sum_them(
