@@ -55,7 +55,7 @@ from majordomus.schemas import MAX_INPUT_DEPTH, coerce_strings
 from majordomus.scrape import cluster_families
 from majordomus.store.connect import api_client
 from majordomus.store.failures import UNREACHABLE
-from majordomus.sweeper import Sweeper, concurrency_of
+from majordomus.sweeper import Sweeper, concurrency_of, per_key_of
 
 log = logging.getLogger("majordomus.api")
 
@@ -395,6 +395,7 @@ def create_app(
         f"api:{client_name()}",
         concurrency_of(engine.registry),
         engine=engine,
+        per_key=per_key_of(engine.registry),
     )
 
     @asynccontextmanager

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     )
     from majordomus.context import Context, ExecutionCancelled
     from majordomus.errors import MajordomusError
+    from majordomus.flow import PerKey
     from majordomus.registry import capability
     from majordomus.retries import Retry
     from majordomus.schedules import Schedule
@@ -45,6 +46,7 @@ _HOME = {
     "Context": "majordomus.context",
     "ExecutionCancelled": "majordomus.context",
     "MajordomusError": "majordomus.errors",
+    "PerKey": "majordomus.flow",
     "capability": "majordomus.registry",
     "Retry": "majordomus.retries",
     "Schedule": "majordomus.schedules",
@@ -66,6 +68,7 @@ __all__ = [
     "SyncExecution",
     "ExecutionCancelled",
     "MajordomusError",
+    "PerKey",
     "Retry",
     "Schedule",
     "Secret",

@@ -7,8 +7,9 @@ module (`majordomus.Client` straight to Redis) reads it back as a `Capability` w
 and output are known by their JSON Schemas alone (`majordomus.schemas.Published`), so the
 engine validates the input against the very schema the API and the MCP tool show, fills
 its defaults, redacts its secrets (schema-driven as always) and enqueues it with the
-capability's title, priority, cancellability and concurrency bound. The handler is not
-here: a published capability is only ever started, never run, in such a process.
+capability's title, priority, cancellability and concurrency bounds (its own, and per key:
+the producer computes a start's key as the workers would). The handler is not here: a
+published capability is only ever started, never run, in such a process.
 """
 
 from __future__ import annotations
@@ -18,12 +19,20 @@ from typing import Any
 import msgspec
 
 from majordomus.errors import MajordomusError
+from majordomus.flow import PerKey
 from majordomus.priorities import Priority
 from majordomus.registry import Capability, Exposure, Kind
 from majordomus.schemas import Published
 
 DECLARATION_VERSION = 1
 """The shape of a published declaration; a reader passes over one of a newer shape."""
+
+
+class PerKeyDeclared(msgspec.Struct, forbid_unknown_fields=False):
+    """Its limit per key (`majordomus.flow.PerKey`): a producer computes a start's key."""
+
+    member: str
+    limit: int
 
 
 class Declaration(msgspec.Struct, forbid_unknown_fields=False):
@@ -41,6 +50,7 @@ class Declaration(msgspec.Struct, forbid_unknown_fields=False):
     http_method: str | None = None
     http_path: str | None = None
     searchable: list[str] = []
+    per_key: PerKeyDeclared | None = None
     version: int = DECLARATION_VERSION
 
 
@@ -63,6 +73,7 @@ def declaration_of(cap: Capability) -> bytes:
             http_method=cap.exposure.http_method,
             http_path=cap.exposure.http_path,
             searchable=list(cap.searchable),
+            per_key=PerKeyDeclared(cap.per_key.member, cap.per_key.limit) if cap.per_key else None,
         )
     )
 
@@ -89,6 +100,7 @@ def published(raw: bytes) -> Capability | None:
         priority=decl.priority,
         exposure=Exposure(None, decl.http_method, decl.http_path, None),
         searchable=tuple(decl.searchable),
+        per_key=PerKey(decl.per_key.member, decl.per_key.limit) if decl.per_key else None,
     )
 
 

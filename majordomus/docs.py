@@ -135,6 +135,8 @@ def how_it_runs(cap: Capability) -> str:
         parts.append("cancellable")
     if cap.max_concurrency is not None:
         parts.append(f"at most {cap.max_concurrency} at once")
+    if cap.per_key is not None:
+        parts.append(f"at most {cap.per_key.limit} at once per `{cap.per_key.member}`")
     if cap.timeout is not None:
         parts.append(f"timeout {cap.timeout:g} s")
     return ", ".join(parts) + "."

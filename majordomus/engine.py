@@ -397,6 +397,7 @@ class Engine:
         key = options.idempotency_key
         fingerprint = _fingerprint(cap.id, plain) if key else ""
         searched = tuple(indexed_values(cap.searchable, plain))
+        per_key = (cap.per_key.limit, cap.per_key.key_of(plain)) if cap.per_key else None
         if options is NO_OPTIONS and not searched:
             plan = _plain_plan(priority)
         else:
@@ -415,6 +416,7 @@ class Engine:
         while True:
             execution_id = self.store.new_id(
                 capped=cap.id if cap.max_concurrency else None,
+                keyed=(cap.id, per_key[1]) if per_key else None,
                 idempotency_key=key,
                 retry_of=options.retry_of,
                 avoid=self.silent_partitions(),
@@ -432,6 +434,7 @@ class Engine:
                     actor=actor,
                     episode=episode,
                     max_concurrency=cap.max_concurrency,
+                    per_key=per_key,
                     plan=plan,
                 )
                 break

@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar
 
 from majordomus.client.handles import Declared
 from majordomus.errors import not_found
+from majordomus.flow import FlowError, PerKey, check_per_key
 from majordomus.priorities import Priority
 from majordomus.retries import Retry
 from majordomus.schedules import Schedule
@@ -91,6 +92,9 @@ class Capability:
     searchable: tuple[str, ...] = ()
     """The input members its executions may be found by (`majordomus.search`): each is
     indexed by value at creation, for `executions.list`'s `search`."""
+    per_key: PerKey | None = None
+    """At most so many of its executions run at once per value of an input member, fairly
+    between values (`majordomus.flow`); None: no limit per key."""
 
     @property
     def module(self) -> str:
@@ -269,6 +273,7 @@ def capability(
     executable: bool = True,
     task_support: TaskSupport | None = None,
     searchable: tuple[str, ...] | list[str] = (),
+    per_key: PerKey | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Declared[In, Out]]:
     """Declare a capability: `@capability("myapp.resize", input=In, output=Out)`.
@@ -285,6 +290,10 @@ def capability(
         try:
             found_by = check_searchable(id, input, tuple(searchable))
         except SearchableError as exc:
+            raise RegistryError(str(exc)) from exc
+        try:
+            keyed = check_per_key(id, input, per_key)
+        except FlowError as exc:
             raise RegistryError(str(exc)) from exc
         cap = Capability(
             id=id,
@@ -307,6 +316,7 @@ def capability(
             executable=executable,
             task_support=tasks,
             searchable=found_by,
+            per_key=keyed,
         )
         (registry if registry is not None else REGISTRY).add(cap)
         return Declared(cap, handler)

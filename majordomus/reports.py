@@ -51,7 +51,12 @@ class QueuedCapability(msgspec.Struct):
     held: int = 0
     """Of `count`, how many the capability's `max_concurrency` holds back: in its waiting
     list, holding no worker, moved back into the queue as a slot frees. What a worker could
-    take now is `count - held` (what an autoscaler scales on)."""
+    take now is `count - held - held_per_key` (what an autoscaler scales on)."""
+    held_per_key: int = 0
+    """Of `count`, how many their key's limit holds back (`per_key`, `majordomus.flow`):
+    in their key's waiting list, moved to the queue as a slot of their key frees."""
+    keys_held: int = 0
+    """Over how many keys those wait (the keys read: up to 1,000 a partition)."""
     delayed: int = 0
     """How many wait for their `start_at` (a delayed start, a retry's backoff)."""
     next_due_at: str | None = None
@@ -205,6 +210,10 @@ async def _queued(store: Store, now_ms: int) -> tuple[int, list[QueuedCapability
     held = await store.waiting_counts([g.capability for g in groups])
     for group, waiting in zip(groups, held, strict=True):
         group.held = min(waiting, group.count)
+    per_key = await store.key_waiting_counts([g.capability for g in groups])
+    for group, (waiting, keys) in zip(groups, per_key, strict=True):
+        group.held_per_key = min(waiting, group.count - group.held)
+        group.keys_held = keys
     groups.sort(key=lambda g: (-g.oldest_wait_seconds, g.capability))
     return len(entries), groups
 

@@ -107,6 +107,7 @@ def _report_families(report: QueueReport) -> list[Metric]:
         depth.add_metric([group.capability], group.count)
         oldest.add_metric([group.capability], group.oldest_wait_seconds)
         held.add_metric([group.capability, "concurrency"], group.held)
+        held.add_metric([group.capability, "per_key"], group.held_per_key)
         delayed.add_metric([group.capability], group.delayed)
     running = GaugeMetricFamily(
         "majordomus_executions_running",

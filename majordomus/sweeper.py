@@ -115,6 +115,11 @@ def concurrency_of(registry: Registry) -> dict[str, int]:
     return {c.id: c.max_concurrency for c in registry if c.max_concurrency}
 
 
+def per_key_of(registry: Registry) -> dict[str, int]:
+    """Each capability's limit per key (`majordomus.flow`), for those that declare one."""
+    return {c.id: c.per_key.limit for c in registry if c.per_key is not None}
+
+
 def failed_data(error: MajordomusError, execution_id: str) -> bytes:
     """The data of an `execution.failed` ending an execution with `error` (the worker's
     own ends and the sweeper's alike)."""
@@ -168,12 +173,16 @@ class Sweeper:
         holder: str,
         concurrency: Mapping[str, int] | None = None,
         engine: Engine | None = None,
+        per_key: Mapping[str, int] | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
         self.concurrency = dict(concurrency or {})
         """The `max_concurrency` of each capability that has one: the queue's upkeep
         promotes their waiting executions when a slot ran out without a terminal event."""
+        self.per_key = dict(per_key or {})
+        """The limit per key of each capability that declares one (`majordomus.flow`): the
+        upkeep promotes their keys' waiting executions in the same way."""
         self.engine = engine
         """The engine retries start through (on this store), with the registry whose
         policies say which lost attempts are retried; None: none is."""
@@ -282,6 +291,8 @@ class Sweeper:
         executions failed like any it was running.)"""
         for capability, limit in self.concurrency.items():
             await self.store.release_slot(capability, "", limit)
+        for capability, limit in self.per_key.items():
+            await self.store.key_upkeep(capability, limit)
 
     async def _fail_held(self, worker_id: str, execution_ids: list[str]) -> int:
         failed: list[str] = []

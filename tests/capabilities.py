@@ -9,7 +9,7 @@ from typing import Annotated
 
 import msgspec
 
-from majordomus import Context, MajordomusError, Secret, capability
+from majordomus import Context, MajordomusError, PerKey, Secret, capability
 
 
 class Empty(msgspec.Struct, forbid_unknown_fields=True):
@@ -64,6 +64,37 @@ async def finisher(ctx: Context, inp: Sleep) -> Slept:
 
 @capability("tests.serial", input=Sleep, output=Slept, title="One at a time", max_concurrency=1)
 async def serial(ctx: Context, inp: Sleep) -> Slept:
+    await asyncio.sleep(inp.seconds)
+    return Slept(inp.seconds)
+
+
+class TenantWork(msgspec.Struct, forbid_unknown_fields=True):
+    tenant: str | None = None
+    seconds: float = 0.05
+
+
+@capability(
+    "tests.per_tenant",
+    input=TenantWork,
+    output=Slept,
+    title="Two at a time per tenant",
+    per_key=PerKey("tenant", 2),
+    cancellable=True,
+)
+async def per_tenant(ctx: Context, inp: TenantWork) -> Slept:
+    await ctx.sleep(inp.seconds)
+    return Slept(inp.seconds)
+
+
+@capability(
+    "tests.per_tenant_capped",
+    input=TenantWork,
+    output=Slept,
+    title="One at a time per tenant, three in all",
+    per_key=PerKey("tenant", 1),
+    max_concurrency=3,
+)
+async def per_tenant_capped(ctx: Context, inp: TenantWork) -> Slept:
     await asyncio.sleep(inp.seconds)
     return Slept(inp.seconds)
 

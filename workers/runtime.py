@@ -45,7 +45,7 @@ from majordomus.store.failures import UNREACHABLE
 from majordomus.store.queue import Taken
 from majordomus.store.sealing import SealError
 from majordomus.store.workers import Presence
-from majordomus.sweeper import Sweeper, concurrency_of, failed_data
+from majordomus.sweeper import Sweeper, concurrency_of, failed_data, per_key_of
 
 log = logging.getLogger("majordomus.worker")
 T = TypeVar("T")
@@ -145,6 +145,8 @@ class Running:
         self.ctx = ctx
         self.capability = capability
         self.slot = slot
+        self.key: str | None = None
+        """The key whose slot it holds (its capability's `per_key`), renewed by each beat."""
         self.task: asyncio.Task[Any] | None = None
         """The execution's task, while its handler runs (None before and after)."""
         self.stops = 0
@@ -369,7 +371,8 @@ class WorkerRuntime:
             await self.engine.publish_declarations()
             self.declarations_published = True
         held = [(r.capability, i) for i, r in self.running.items() if r.slot]
-        await self.store.renew_slots(held)
+        keyed = [(r.capability, r.key, i) for i, r in self.running.items() if r.key is not None]
+        await self.store.renew_slots(held, keyed)
 
     async def _drained(self, drained: bool) -> None:
         """Drained, or undrained, as the beat just read. Drained, a blocking take already
@@ -475,6 +478,7 @@ class WorkerRuntime:
             f"worker:{self.worker_id}",
             concurrency_of(self.registry),
             engine=self.engine,
+            per_key=per_key_of(self.registry),
         ).run()
 
     # -- one execution --------------------------------------------------------------
@@ -525,6 +529,8 @@ class WorkerRuntime:
             secrets=secret_values(cap.input, secret),
         )
         run = Running(ctx, cap.id, slot)
+        if cap.per_key is not None:
+            run.key = cap.per_key.key_of(msgspec.json.decode(secret or b"{}"))
         run.start_timeout_ms = timeout_ms
         self.running[execution_id] = run
         limit = cap.timeout or self.settings.default_timeout

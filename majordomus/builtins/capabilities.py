@@ -35,6 +35,13 @@ class ExposureView(msgspec.Struct):
     cli: str | None
 
 
+class PerKeyView(msgspec.Struct):
+    member: str
+    """The input member whose value is the key."""
+    limit: int
+    """How many of one key's executions may run at once."""
+
+
 class CapabilityView(msgspec.Struct):
     id: str
     module: str
@@ -45,6 +52,9 @@ class CapabilityView(msgspec.Struct):
     cancellable: bool
     executable: bool
     max_concurrency: int | None
+    per_key: PerKeyView | None
+    """At most `limit` of its executions run at once per value of the input member
+    `member`, fairly between values (`majordomus.flow`); null: no limit per key."""
     retry: RetryView | None
     """Its retry policy (`majordomus.retries`); null: a failed execution is not retried."""
     tags: list[str]
@@ -78,6 +88,7 @@ def view_of(cap: Capability) -> CapabilityView:
         cancellable=cap.cancellable,
         executable=cap.executable,
         max_concurrency=cap.max_concurrency,
+        per_key=PerKeyView(cap.per_key.member, cap.per_key.limit) if cap.per_key else None,
         retry=cap.retry.view() if cap.retry is not None else None,
         tags=list(cap.tags),
         searchable=list(cap.searchable),

@@ -376,6 +376,10 @@ def capability_view(
                 ("cancellable", "yes" if view.cancellable else "no"),
                 ("runs as an execution", "yes" if view.executable else "no (answers directly)"),
                 ("max concurrency", view.max_concurrency),
+                (
+                    "per key",
+                    f"{view.per_key.limit} at once per {view.per_key.member}" if view.per_key else None,
+                ),
                 ("tags", ", ".join(view.tags)),
                 ("command", exposure.cli or "-"),
                 ("HTTP", _route(view)),
@@ -654,7 +658,7 @@ def queued_table(groups: list[QueuedCapability]) -> RenderableType:
         (
             g.capability,
             str(g.count),
-            str(g.held),
+            str(g.held + g.held_per_key),
             seconds_text(g.oldest_wait_seconds) if g.oldest else "-",
             g.oldest or "-",
             str(g.delayed),

@@ -47,7 +47,7 @@ class StoreBase:
         QUEUE, COUNTER, DELAYED, WAKEUP, and BASE, its key base), the names of the keys it
         finds from its base (`keys.SCRIPT_KEY_NAMES`), FEED_MAX, WAKE (the wake channel),
         the roll-up's ROLLUP_STEPS and ROLLUP_KEEP_MS (`lua/rollup.lua`; 0: no roll-up),
-        and `extra`."""
+        SLOT_MS (a concurrency slot's lease, ms), and `extra`."""
         return self.script(name, {
             "FEED": part.feed,
             "ALL": part.all,
@@ -64,6 +64,7 @@ class StoreBase:
             "WAKE": self.keys.wake_channel,
             "ROLLUP_STEPS": ROLLUP_STEPS,
             "ROLLUP_KEEP_MS": self.settings.rollup_keep_seconds * 1000,
+            "SLOT_MS": int(self.settings.lease_seconds * 1000),
             **extra,
         })  # fmt: skip
 

@@ -162,19 +162,23 @@ class ExecutionStore(StoreBase):
         self,
         *,
         capped: str | None = None,
+        keyed: tuple[str, str] | None = None,
         idempotency_key: str | None = None,
         retry_of: str | None = None,
         avoid: Collection[int] = (),
     ) -> str:
         """A fresh execution id, in the partition its start must be written in: a capped
-        capability's (`capped`: its slots are kept there), else the retried attempt's, else
-        its idempotency key's; any other goes anywhere (the suffix picks, at random), but
+        capability's (`capped`: its slots are kept there), else its key's (`keyed`:
+        (capability, key) of a `per_key` limit, whose slots are kept there), else the
+        retried attempt's, else its idempotency key's; any other goes anywhere (the suffix picks, at random), but
         not in a partition of `avoid` (ones not answering) while another is left."""
         k = self.keys
         if k.partition_count == 1:
             return new_execution_id()
         if capped is not None:
             part = k.partition_of_capability(capped)
+        elif keyed is not None:
+            part = k.partition_of_concurrency_key(*keyed)
         elif retry_of is not None:
             part = k.partition_of(retry_of)
         elif idempotency_key is not None:
@@ -200,10 +204,12 @@ class ExecutionStore(StoreBase):
         actor: str,
         episode: str | None,
         max_concurrency: int | None = None,
+        per_key: tuple[int, str] | None = None,
         plan: StartPlan = NOW,
     ) -> Created:
         """Create and enqueue, as `plan` says (due time, priority, idempotency key, links);
-        `sensitive`: whether `secret_json` holds values its schema marks sensitive.
+        `sensitive`: whether `secret_json` holds values its schema marks sensitive;
+        `per_key`: (limit, key) of its capability's limit per key (`majordomus.flow`).
         answers how many were queued ahead of it and when it was created, or the execution
         that holds its idempotency key."""
         k = self.keys
@@ -239,6 +245,8 @@ class ExecutionStore(StoreBase):
             args += ("episode", episode)
         if max_concurrency:
             args += ("conc_limit", max_concurrency)
+        if per_key:
+            args += ("key_limit", per_key[0], "conc_key", per_key[1])
         if due_ms:
             args += ("due_ms", due_ms, "due_at", stamp_of(due_ms))
         if plan.schedule:
@@ -567,6 +575,8 @@ from 0, ARGV's less one)."""
 CREATED_FROM_OPTIONS: dict[str, bytes] = {
     "episode": b"episode",
     "conc_limit": b"conc_limit",
+    "key_limit": b"key_limit",
+    "conc_key": b"conc_key",
     "due_ms": b"due_ms",
     "due_at": b"due_at",
     "schedule": b"schedule",

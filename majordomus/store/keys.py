@@ -58,6 +58,11 @@ CAPABILITY_SLOTS = "conc:"
 """`<base>conc:<capability>`: a capped capability's slots."""
 WAITING = ":waiting"
 """`<slots>:waiting`: its executions waiting for a slot."""
+KEYED = ":key:"
+"""`<slots>:key:<key>`: the slots of one key of a capability declaring `per_key`
+(`majordomus.flow`); `<slots>:key:<key>:waiting` its executions waiting for one."""
+KEYS_WAITING = ":keys"
+"""`<slots>:keys`: the keys of a capability that have executions waiting (a set)."""
 WORKER = "worker:"
 """`<base>worker:<worker id>...`: a worker's keys in a partition."""
 WORKER_RUNNING = ":running"
@@ -73,6 +78,8 @@ SCRIPT_KEY_NAMES: dict[str, str | int] = {
     "INPUT_AT": SECRET_INPUT,
     "SLOTS_AT": CAPABILITY_SLOTS,
     "WAITING_AT": WAITING,
+    "KEYED_AT": KEYED,
+    "KEYSET_AT": KEYS_WAITING,
     "WORKER_AT": WORKER,
     "RUNNING_AT": WORKER_RUNNING,
     "WAKEUP_AT": WAKEUP,
@@ -180,6 +187,22 @@ class Partition:
         event of a slot holder moves the oldest back into the queue."""
         return f"{self.base}{CAPABILITY_SLOTS}{capability}{WAITING}"
 
+    def key_slots(self, capability: str, key: str) -> str:
+        """The slots of one key of a capability declaring `per_key` (`majordomus.flow`),
+        scored by when each runs out: held by its running executions and by its admitted
+        queued ones."""
+        return f"{self.base}{CAPABILITY_SLOTS}{capability}{KEYED}{key}"
+
+    def key_waiting(self, capability: str, key: str) -> str:
+        """The executions of one key waiting for one of its slots, scored by their place in
+        line: out of the queue until a slot of the key is free."""
+        return f"{self.base}{CAPABILITY_SLOTS}{capability}{KEYED}{key}{WAITING}"
+
+    def keys_waiting(self, capability: str) -> str:
+        """The keys of a capability that have executions waiting (a set): what the queue's
+        upkeep and its statistics go through."""
+        return f"{self.base}{CAPABILITY_SLOTS}{capability}{KEYS_WAITING}"
+
     def search(self, capability: str, member: str, value: str) -> str:
         """The executions of a capability whose searchable input member has this value
         (`majordomus.search.value_text`), scored by their place in the order of creation like
@@ -249,6 +272,11 @@ class Keys:
         """The partition every execution of a capped capability (`max_concurrency`) lives
         in, with its slots and waiting list: the cap is kept in one step, in one slot."""
         return self.partition_for("cap:" + capability)
+
+    def partition_of_concurrency_key(self, capability: str, key: str) -> Partition:
+        """The partition every execution of one key of a capability declaring `per_key`
+        lives in, with the key's slots and waiting list (`majordomus.flow`)."""
+        return self.partition_for(f"conc:{capability}:{key}")
 
     def partition_of_key(self, idempotency_key: str) -> Partition:
         """The partition an idempotency key (and so the execution holding it) lives in: a

@@ -86,6 +86,9 @@ class QueueStore(StoreBase):
         self._release = self.script("release_slot.lua", SCRIPT_KEY_NAMES)
         # One text per partition, its keys and settings as constants (`scripts`).
         self._takes = [self._take_script(part) for part in self.keys.partitions]
+        self._key_upkeeps = [
+            self.partition_script("key_upkeep.lua", part, {}) for part in self.keys.partitions
+        ]
         self._turn = 0
         self._unanswered: dict[int, str] = {}
         """Per partition, the token of a take whose Redis did not answer (`take`)."""
@@ -94,7 +97,6 @@ class QueueStore(StoreBase):
 
     def _take_script(self, part: Partition) -> AsyncScript:
         return self.partition_script("take.lua", part, {
-            "SLOT_MS": int(self.settings.lease_seconds * 1000),
             "TAKE_TTL": str(TAKE_KEPT_SECONDS * 1000),
         })  # fmt: skip
 
@@ -273,15 +275,56 @@ class QueueStore(StoreBase):
                 pipe.zcard(self.keys.partition_of_capability(capability).waiting(capability))
             return [int(n) for n in await pipe.execute()]
 
-    async def renew_slots(self, held: Sequence[tuple[str, str]]) -> None:
-        if not held:
+    async def renew_slots(
+        self, held: Sequence[tuple[str, str]], keyed: Sequence[tuple[str, str, str]] = ()
+    ) -> None:
+        """Renew the leases of the slots a worker's running executions hold: `held`, (capability,
+        id) of a capability's `max_concurrency`; `keyed`, (capability, key, id) of a key's
+        (`per_key`, kept in the execution's partition)."""
+        if not held and not keyed:
             return
         _, expiry = self._slot_expiry()
         async with self.redis.pipeline(transaction=False) as pipe:
             for capability, execution_id in held:
                 part = self.keys.partition_of_capability(capability)
                 pipe.zadd(part.concurrency(capability), {execution_id: expiry}, xx=True)
+            for capability, key, execution_id in keyed:
+                part = self.keys.partition_of(execution_id)
+                pipe.zadd(part.key_slots(capability, key), {execution_id: expiry}, xx=True)
             await pipe.execute()
+
+    # -- the slots of keys (`per_key`, `majordomus.flow`) -----------------------------------
+
+    async def key_upkeep(self, capability: str, limit: int) -> int:
+        """In every partition, move the next waiting executions of up to 64 of the
+        capability's keys to the queue while their slots are free (`key_upkeep.lua`: for
+        slots that ran out without a terminal event). Answers how many moved."""
+        moved = 0
+        for part, script in zip(self.keys.partitions, self._key_upkeeps, strict=True):
+            moved += int(await script(keys=[part.keys_waiting(capability)], args=[capability, limit]))
+        return moved
+
+    async def key_waiting_counts(
+        self, capabilities: Sequence[str], most_keys: int = 1000
+    ) -> list[tuple[int, int]]:
+        """For each capability declaring `per_key`: (how many executions wait for a slot of
+        their key, over how many keys), reading up to `most_keys` keys of each partition."""
+        found: list[tuple[int, int]] = []
+        for capability in capabilities:
+            waiting = keys = 0
+            for part in self.keys.partitions:
+                names = await self.redis.execute_command(
+                    "SRANDMEMBER", part.keys_waiting(capability), most_keys
+                )
+                if not names:
+                    continue
+                keys += len(names)
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for name in names:
+                        pipe.zcard(part.key_waiting(capability, _text(name)))
+                    waiting += sum(int(n) for n in await pipe.execute())
+            found.append((waiting, keys))
+        return found
 
 
 def _text(value: bytes | str) -> str:

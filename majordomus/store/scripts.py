@@ -2,8 +2,9 @@
 
 A script's text is read once and the state table is injected where it says `--@MOVES@`
 and `--@STATE_OF@` (and the roll-up's counting, `lua/rollup.lua`, where it says
-`--@ROLLUP@`, and the function writing an event's envelope, generated from the model's
-`EventEnvelope` by `stored_format.envelope_lua`, where it says `--@ENVELOPE@`), so the
+`--@ROLLUP@`, the slots of a key, `lua/key_slots.lua`, where it says `--@KEYSLOTS@`, and
+the function writing an event's envelope, generated from the model's `EventEnvelope` by
+`stored_format.envelope_lua`, where it says `--@ENVELOPE@`), so the
 move rules in Lua are the ones of `majordomus.states`, and the envelope the model's, never
 a second copy. The state table's two parts are injected as one string each, searched with
 a plain `string.find`: a script's body runs on every call, and building the same rules as
@@ -68,5 +69,6 @@ def load_script(name: str) -> str:
     text = (LUA_DIR / name).read_text()
     text = text.replace("--@MOVES@", moves())
     text = text.replace("--@ROLLUP@", (LUA_DIR / "rollup.lua").read_text())
+    text = text.replace("--@KEYSLOTS@", (LUA_DIR / "key_slots.lua").read_text())
     text = text.replace("--@ENVELOPE@", envelope_lua())
     return text.replace("--@STATE_OF@", state_of())

@@ -81,6 +81,10 @@ class StoreFields(msgspec.Struct, kw_only=True):
     """Its priority's head start (ms) in the ready queue."""
     conc_limit: int | None = None
     """Its capability's `max_concurrency`, when it has one."""
+    key_limit: int | None = None
+    """Its capability's limit per key (`majordomus.flow`), when it declares one."""
+    conc_key: str | None = None
+    """Its key under that limit (`PerKey.key_of` its input)."""
     due_ms: int | None = None
     timeout_ms: int | None = None
     """Its start's own timeout (ms), for the take to hand its worker."""

@@ -42,7 +42,7 @@ from majordomus.loading import load_capabilities
 from majordomus.loops import within
 from majordomus.registry import Registry
 from majordomus.store.testing import forget_prefix, severable
-from majordomus.sweeper import Sweeper, concurrency_of
+from majordomus.sweeper import Sweeper, concurrency_of, per_key_of
 from majordomus.testing.clock import VirtualClock
 from majordomus.testing.servers import EnvironmentRedis, RedisKind, open_redis
 from majordomus.testing.skipping import Skipper
@@ -173,6 +173,7 @@ class Environment:
             f"testing:{self._token}",
             concurrency_of(self.registry),
             engine=engine,
+            per_key=per_key_of(self.registry),
         )
         self._sweeper.start()
         if self.clock is not None:

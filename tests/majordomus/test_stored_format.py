@@ -94,9 +94,10 @@ async def every_path(engine: Engine) -> list[str]:
             ),
         ),
         await engine.start("tests.noop", {}, options=StartOptions(start_at_ms=later)),
+        await engine.start("tests.per_tenant", {"tenant": "t"}),  # key_limit, conc_key
     ]
     ids = [s.id for s in started]
-    assert set(await take(engine)) == {ids[0], ids[1], ids[2]}
+    assert set(await take(engine)) == {ids[0], ids[1], ids[2], ids[4]}
     store = engine.store
     # Every report, and each end: by a worker, a cancel while running, an append's claim.
     assert (await store.append(ids[0], REPORTS, WORKER, token=store.next_token())).complete
@@ -104,6 +105,7 @@ async def every_path(engine: Engine) -> list[str]:
     assert (await store.append(ids[1], [CANCELLING])).complete
     assert (await store.append(ids[1], [ENDS["cancelled"]], WORKER)).complete
     assert (await store.append(ids[2], [ENDS["failed"]], WORKER)).complete
+    assert (await store.append(ids[4], [ENDS["succeeded"]], WORKER)).complete
     claimed = await engine.start("tests.noop", {})
     result, _ = await store.claim(claimed.id, WORKER)
     assert result.complete

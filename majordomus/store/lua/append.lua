@@ -9,7 +9,8 @@
 -- removes every trace of it from the queue in the same step: its queue entry (a queued
 -- one's), the waiting list, its worker's running set and its worker-only input, and frees
 -- its concurrency slot, moving the oldest waiting execution of its capability back into
--- the queue.
+-- the queue, and its key's slot (`per_key`), moving its key's next waiting one to the back
+-- of the queue (`lua/key_slots.lua`).
 -- Snapshot `steps` keep the first `steps_max`; later ones are counted in `steps_dropped`.
 -- A claim is counted in its minute's roll-up by its wait (from when it was due), an end by
 -- its final state and duration (`lua/rollup.lua`), in this same step.
@@ -37,6 +38,7 @@ local MOVES = --@MOVES@
 local STATE_OF = --@STATE_OF@
 --@ROLLUP@
 --@ENVELOPE@
+--@KEYSLOTS@
 
 local snap, stream = KEYS[1], KEYS[2]
 -- Text becomes a number only where arithmetic needs one (Lua reads a number with strtod
@@ -72,7 +74,7 @@ if token ~= '' and not want_diag and not want_steps then  -- a worker's batch, m
   at_token = 3
   if want_end then
     cur = redis.call('HMGET', snap, 'state', 'last_seq', 'append_token', 'capability',
-      'conc_limit', 'worker', 'started_ms')
+      'conc_limit', 'worker', 'started_ms', 'key_limit', 'conc_key')
     at_end = 4
   else
     cur = redis.call('HMGET', snap, 'state', 'last_seq', 'append_token')
@@ -82,7 +84,8 @@ else
   if token ~= '' then ask[#ask + 1] = 'append_token'; at_token = #ask end
   if want_end then
     ask[#ask + 1] = 'capability'; ask[#ask + 1] = 'conc_limit'; ask[#ask + 1] = 'worker'
-    ask[#ask + 1] = 'started_ms'; at_end = #ask - 3
+    ask[#ask + 1] = 'started_ms'; ask[#ask + 1] = 'key_limit'; ask[#ask + 1] = 'conc_key'
+    at_end = #ask - 5
   end
   if want_diag then ask[#ask + 1] = 'diag_count'; at_diag = #ask end
   if want_steps then ask[#ask + 1] = 'steps_dropped'; at_steps = #ask end
@@ -105,9 +108,11 @@ end
 local seq = tonumber(cur[2])
 local diags, diag_count = nil, at_diag > 0 and tonumber(cur[at_diag] or '0') or 0
 local capability, conc_limit, owner, started_ms = nil, 0, nil, nil
+local key_limit, conc_key = nil, nil  -- its capability's limit per key, and its key
 if at_end > 0 then
   capability, owner, started_ms = cur[at_end], cur[at_end + 2], cur[at_end + 3]
   conc_limit = cur[at_end + 1] and tonumber(cur[at_end + 1]) or 0
+  key_limit, conc_key = cur[at_end + 4], cur[at_end + 5]
 end
 local steps_dropped = at_steps > 0 and tonumber(cur[at_steps] or '0') or 0
 local steps_max = STEPS_MAX
@@ -220,6 +225,20 @@ for i = 1, n do
             redis.call('LPUSH', WAKEUP, oldest[1])
             redis.call('LTRIM', WAKEUP, 0, 15)
           end
+        end
+      end
+      if key_limit then
+        -- Its key's slot freed (or its place in the key's waiting list left), and the
+        -- key's next waiting ones moved to the back of the queue (`lua/key_slots.lua`).
+        local slots = key_slots_of(BASE, capability, conc_key)
+        redis.call('ZREM', slots .. WAITING_AT, id)
+        redis.call('ZREM', slots, id)
+        local clock = redis.call('TIME')
+        local at = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+        if key_promote(BASE, QUEUE, capability, conc_key, tonumber(key_limit), at) > 0 then
+          redis.call('PUBLISH', WAKE, id)
+          redis.call('LPUSH', WAKEUP, id)
+          redis.call('LTRIM', WAKEUP, 0, 15)
         end
       end
     end

@@ -36,8 +36,12 @@
 --       list kept in SEARCHED for `prune`: the keys after the others, each added to). A plain start has
 --       none: every argument costs Redis about as much as a small command, as it is read,
 --       then made a Lua value.
+-- A start of a capability limited per key (key_limit and conc_key: `majordomus.flow`) due
+-- now is admitted into the queue only while its key has a slot free (it holds one from
+-- here) and none of the key's waits; else it waits in the key's own list (`key_admit`).
 -- Answers {ahead}, or {-2, held id, its fingerprint} for a held idempotency key.
 --@ENVELOPE@
+--@KEYSLOTS@
 local snap, stream = KEYS[1], KEYS[2]
 -- The options a start has (most have none), and the keys that come with two of them.
 local opt = {}
@@ -119,11 +123,27 @@ if tie > 0 then
 else
   place = string.format('%d', qscore)
 end
+-- Admitted: into the queue (not so only for a keyed start whose key has none free, or has
+-- some waiting already: it waits behind them).
+local admitted = true
+if ready and opt.key_limit then
+  if redis.call('EXISTS', key_slots_of(BASE, ARGV[4], opt.conc_key) .. WAITING_AT) == 1 then
+    admitted = false
+    redis.call('ZADD', key_slots_of(BASE, ARGV[4], opt.conc_key) .. WAITING_AT, place, id)
+    redis.call('SADD', BASE .. SLOTS_AT .. ARGV[4] .. KEYSET_AT, opt.conc_key)
+  else
+    admitted = key_admit(BASE, ARGV[4], opt.conc_key, tonumber(opt.key_limit), id, snow, place)
+  end
+end
 -- Ahead: what the take serves first, every entry at or before its score (one on the same
 -- score was created before it, so comes first); for a delayed one, as things stand now.
 local ahead
 if ready then
   ahead = redis.call('ZCOUNT', QUEUE, '-inf', place)
+  if not admitted then  -- and its key's waiting before it
+    ahead = ahead + redis.call('ZCOUNT', key_slots_of(BASE, ARGV[4], opt.conc_key) .. WAITING_AT,
+      '-inf', '(' .. place)
+  end
 else
   ahead = redis.call('ZCOUNT', QUEUE, '-inf', qscore)
   ahead = ahead + redis.call('ZCOUNT', DELAYED, '-inf', due)
@@ -145,6 +165,7 @@ local function field(name, value)
 end
 if opt.episode then field('episode', opt.episode) end
 if opt.conc_limit then field('conc_limit', opt.conc_limit) end
+if opt.key_limit then field('key_limit', opt.key_limit); field('conc_key', opt.conc_key) end
 if not ready then field('due_ms', opt.due_ms); field('due_at', opt.due_at) end
 if opt.schedule then field('schedule', opt.schedule) end
 if opt.timeout_ms then field('timeout_ms', opt.timeout_ms) end
@@ -175,7 +196,9 @@ redis.call('ZADD', QUEUED, at_s, id)
 local keep = RETAIN_MS
 if not ready then keep = string.format('%d', tonumber(RETAIN_MS) + (at - tonumber(ARGV[3]))) end
 if ARGV[9] ~= '' then redis.call('SET', KEYS[3], ARGV[9], 'PX', keep) end
-if ready then
+if not admitted then
+  -- Waiting for its key (in the key's list): nothing to take, no worker to wake.
+elseif ready then
   redis.call('ZADD', QUEUE, place, id)
 else
   redis.call('ZADD', DELAYED, opt.due_ms, id)
@@ -185,10 +208,10 @@ end
 -- so a burst with every worker busy trims it once in 16 starts, not at each): a wake-up
 -- nobody waits for costs one empty take, and the take that leaves the queue empty drops
 -- them all.
-if redis.call('LPUSH', WAKEUP, id) > 32 then redis.call('LTRIM', WAKEUP, 0, 15) end
+if admitted and redis.call('LPUSH', WAKEUP, id) > 32 then redis.call('LTRIM', WAKEUP, 0, 15) end
 if idem_key then redis.call('SET', idem_key, id .. ' ' .. opt.fingerprint, 'PX', keep) end
 if retried_key and redis.call('EXISTS', retried_key) == 1 then
   redis.call('HSET', retried_key, 'retried_as', id)
 end
-redis.call('PUBLISH', WAKE, id)
+if admitted then redis.call('PUBLISH', WAKE, id) end
 return {ahead}

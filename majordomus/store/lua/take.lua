@@ -7,7 +7,8 @@
 -- execution is no longer queued (final, or forgotten) is dropped, and one held back by
 -- its capability's `max_concurrency` moves to the capability's waiting list (out of the
 -- queue, costing no worker and no traffic) until a slot holder's terminal event moves the
--- oldest back (append.lua). Times of due and slots are the server's (`TIME`).
+-- oldest back (append.lua); one over its key's limit (`per_key`), to its key's waiting
+-- list, the same way (`lua/key_slots.lua`). Times of due and slots are the server's (`TIME`).
 --
 -- A worker whose lease has lapsed takes nothing (the sweeper fails what a lapsed worker
 -- runs): it answers 'lapsed', and the worker beats first.
@@ -49,6 +50,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local now_s = string.format('%d', now)
 --@ROLLUP@
 --@ENVELOPE@
+--@KEYSLOTS@
 
 -- Epoch ms as the store's timestamps (RFC 3339 UTC, milliseconds): the calendar from the
 -- day count (H. Hinnant's days-to-civil), for a take whose timestamp is the server's.
@@ -149,7 +151,7 @@ local tied = false
 for j = 1, #cid do
   csnap[j] = BASE .. SNAPSHOT_AT .. cid[j]
   ccur[j] = redis.call('HMGET', csnap[j], 'state', 'capability', 'conc_limit', 'order',
-    'last_seq', 'attempt', 'timeout_ms')
+    'last_seq', 'attempt', 'timeout_ms', 'key_limit', 'conc_key')
   if j > 1 and cscore[j] == cscore[j - 1] then tied = true end
 end
 -- The queue gives them by score, and entries of one score by id: only a tie is put in
@@ -157,13 +159,14 @@ end
 if tied then
   local at = {}
   for j = 1, #cid do
-    at[j] = {cid[j], tonumber(cscore[j]), tonumber(ccur[j][4] or '0') or 0, csnap[j], ccur[j]}
+    at[j] = {cid[j], tonumber(cscore[j]), tonumber(ccur[j][4] or '0') or 0, csnap[j], ccur[j],
+      cscore[j]}
   end
   table.sort(at, function(a, b)
     if a[2] ~= b[2] then return a[2] < b[2] end
     return a[3] < b[3]
   end)
-  for j = 1, #at do cid[j], csnap[j], ccur[j] = at[j][1], at[j][4], at[j][5] end
+  for j = 1, #at do cid[j], csnap[j], ccur[j], cscore[j] = at[j][1], at[j][4], at[j][5], at[j][6] end
 end
 -- Each candidate looked at leaves the queue; each one started is claimed. The index and
 -- set updates of the whole batch are one command each (a batch is one atomic step).
@@ -176,6 +179,11 @@ for j = 1, #cid do
   local id, snap, cur = cid[j], csnap[j], ccur[j]
   looked = j
   local go = cur[1] == 'queued'
+  -- Its key's limit first (`majordomus.flow`): over it, it waits in the key's list by its
+  -- place; within it, it holds (or keeps) a slot of its key, then meets its capability's.
+  if go and cur[8] then
+    go = key_admit(BASE, cur[2], cur[9], tonumber(cur[8]), id, now, cscore[j])
+  end
   if go and cur[3] then
     local limit = tonumber(cur[3]) or 0
     if limit > 0 then
