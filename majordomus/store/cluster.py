@@ -60,8 +60,37 @@ _HOLDING: ContextVar[bool] = ContextVar("majordomus_cluster_connection", default
 """Set while a task holds a connection of a waiting cluster client, so that what it sends
 inside (a pipeline sending a redirected command again) waits for no second one."""
 
-_IN_COMMAND: ContextVar[bool] = ContextVar("majordomus_cluster_command", default=False)
-"""Set while a `SturdyCluster` command is under way (`SturdyCluster.aclose`)."""
+_IN_COMMAND: ContextVar[tuple[asyncio.Task[Any] | None, int] | None] = ContextVar(
+    "majordomus_cluster_command", default=None
+)
+"""Set while a `SturdyCluster` command is under way (`SturdyCluster.aclose`): its task and
+the cancels asked of that task when it began (`_cancels`)."""
+
+
+def _cancels() -> tuple[asyncio.Task[Any] | None, int]:
+    """The current task, and how many cancels were asked of it and not withdrawn."""
+    task = asyncio.current_task()
+    return task, task.cancelling() if task is not None else 0
+
+
+def _keep_cancel(since: tuple[asyncio.Task[Any] | None, int] | None) -> None:
+    """Raise CancelledError when the current task was asked to cancel after `since`
+    (`_cancels()` then) and is still going: the cancel was lost on the way.
+
+    asyncio loses one where redis-py gathers tasks, one per node (a cluster pipeline, a
+    command to every master, closing the nodes): cancelled while one node's task has
+    already failed (a node out of connections fails at once), `gather` hands the caller
+    that failure instead of its CancelledError, and the cancel is never delivered (CPython
+    3.11 to 3.13). redis-py then retries the failure, or sends again here: the task that
+    was told to stop goes on for ever. A cancel asked before `since` (a caller sending a
+    command as it cleans up after its cancel) is the caller's business."""
+    if since is None:
+        return
+    task, now = _cancels()
+    before = since[1] if task is since[0] else 0  # a task made inside the command began with none
+    if now > before:
+        raise asyncio.CancelledError("cancelled as a node failed (the cancel was lost)")
+
 
 SILENT_NODE_SECONDS = 10.0
 """How long a node that failed a command is the last one asked for the cluster's layout."""
@@ -92,6 +121,10 @@ class SturdyCluster(RedisCluster):
       sends the command again on fresh ones (what redis-py does after any broken
       connection, except that it asks the layout of the old nodes again, lost connections
       and all: here each new layout is asked of fresh seeds).
+    - A cancel is never lost. asyncio's `gather`, under redis-py's pipelines, hands a
+      node's failure to a caller cancelled in the same turn of the loop, and the cancel
+      with it; redis-py would then retry, and this client send again, for a task told to
+      stop (`_keep_cancel`): here such a command ends with CancelledError, sent no more.
     - The URL's seeds stay seeds. redis-py drops a seed whose connection broke, so a
       cluster whose nodes all went away once is never found again; here the seeds of
       each new layout are the nodes last known, then the URL's.
@@ -160,16 +193,20 @@ class SturdyCluster(RedisCluster):
         )
 
     async def initialize(self) -> RedisCluster:
+        since = _IN_COMMAND.get() or _cancels()
         if layout_due(self):  # new, or closed (the old nodes closed with it)
             async with layout_lock(self):  # not while another asks the old seeds
                 if layout_due(self):
                     self._fresh_seeds()
         try:
-            return await super().initialize()
+            layout = await super().initialize()
         except RedisClusterException as exc:
+            _keep_cancel(since)  # closing the nodes gathers tasks too (`_keep_cancel`)
             if isinstance(exc.__cause__, RedisClusterException):  # "Cluster mode is not enabled"
                 raise
             raise _ConnectionError(str(exc)) from exc
+        _keep_cancel(since)
+        return layout
 
     async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         return await self._serve(
@@ -219,7 +256,10 @@ class SturdyCluster(RedisCluster):
         commands in flight to the nodes that answer, and hold the next ones behind a new
         layout: one stalled master would stop every partition). The failed connection is
         closed already."""
-        if _IN_COMMAND.get():
+        inside = _IN_COMMAND.get()
+        if inside is not None:
+            # redis-py calls it before it retries: a cancel lost meanwhile stops the retry.
+            _keep_cancel(inside)
             ask_layout_again(self)
             return
         await RedisCluster.aclose(self)
@@ -248,25 +288,31 @@ class SturdyCluster(RedisCluster):
                 await turns.acquire()  # free: returns at once
             token = _HOLDING.set(True)
         deadline = blocking_read_timeout() or self._deadline
-        inside = _IN_COMMAND.set(True)
+        since = _cancels()
+        inside = _IN_COMMAND.set(since)
         try:
             try:
                 async with asyncio.timeout(deadline):
-                    return await send()
+                    answer = await send()
             except TimeoutError:
                 # The deadline, not a socket's timeout (redis-py's is its own class): a node
                 # that does not answer within it is one not answering.
                 self._silent_node(turns)
                 raise _TimeoutError(f"the cluster did not answer within {deadline:g} s") from None
             except MaxConnectionsError:
+                _keep_cancel(since)  # never send again for a caller told to stop
                 if token is None:  # no turns: past the bound is a failure, as in a pool
                     raise
                 await RedisCluster.aclose(self)  # connections lost to cancels: fresh nodes
-                return await send()
+                answer = await send()
             except (_ConnectionError, _TimeoutError):
                 self._silent_node(turns)
+                _keep_cancel(since)
                 raise
+            _keep_cancel(since)  # an answer had after the caller's cancel was lost
+            return answer
         except _CANNOT_SERVE as exc:
+            _keep_cancel(since)
             raise _ConnectionError(f"the cluster cannot serve: {exc}") from exc
         finally:
             _IN_COMMAND.reset(inside)
