@@ -39,7 +39,7 @@ from majordomus.local.embedded import EmbeddedRedis
 SCENARIOS = (
     "throughput", "pickup", "events", "history", "live", "memory", "cli", "redis_cost", "peers",
     "console", "over_time", "shards", "schedules", "mcp_tasks", "client", "isolation", "sealing",
-    "audience", "rollup", "bulk",
+    "audience", "rollup", "bulk", "flow",
 )
 """Scenarios (modules of `bench/` but where `MODULES` names another), in the order they run."""
 MODULES = {"cli": "cli_e2e", "schedules": "schedule_lateness"}

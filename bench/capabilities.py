@@ -7,7 +7,9 @@
 measured on the worker's side as the peers' jobs measure it (`bench.peers`);
 `bench.paced` logs at a steady rate, each line the wall-clock time it was made at (the
 console's update latency, `bench.console`); `bench.noop_secret` is a no-op whose input holds
-a `Secret` (a worker-only input, sealed with `MAJORDOMUS_ENCRYPTION_KEYS`: `bench.sealing`).
+a `Secret` (a worker-only input, sealed with `MAJORDOMUS_ENCRYPTION_KEYS`: `bench.sealing`);
+`bench.per_tenant` runs at most two of a tenant at once and `bench.any_tenant` is the same
+without that limit (`bench.flow`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Annotated
 
 import msgspec
 
-from majordomus import Secret
+from majordomus import PerKey, Secret
 from majordomus.context import Context
 from majordomus.registry import capability
 
@@ -148,4 +150,36 @@ async def paced(ctx: Context, value: PacedInput) -> Done:
             sent += 1
             ctx.log(repr(time.time()))
         await asyncio.sleep(0.005)
+    return Done()
+
+
+class TenantInput(msgspec.Struct, forbid_unknown_fields=True):
+    tenant: str
+    seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 0.0
+
+
+@capability(
+    "bench.per_tenant",
+    input=TenantInput,
+    output=Done,
+    title="Two at a time per tenant",
+    description="Sleeps `seconds` (0: a no-op), at most two of a tenant at once (`bench.flow`).",
+    per_key=PerKey("tenant", 2),
+)
+async def per_tenant(ctx: Context, value: TenantInput) -> Done:
+    if value.seconds:
+        await asyncio.sleep(value.seconds)
+    return Done()
+
+
+@capability(
+    "bench.any_tenant",
+    input=TenantInput,
+    output=Done,
+    title="Any tenant, no limit",
+    description="`bench.per_tenant` without its limit per key: the baseline of `bench.flow`.",
+)
+async def any_tenant(ctx: Context, value: TenantInput) -> Done:
+    if value.seconds:
+        await asyncio.sleep(value.seconds)
     return Done()

@@ -22,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import statistics
+import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -92,26 +94,42 @@ async def server_cpu(redis: Any) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-async def cpu_per_execution(bench: Bench, n: int, **settings: str) -> tuple[float, float]:
+async def cpu_per_execution(
+    bench: Bench,
+    n: int,
+    capability: str = "bench.noop",
+    input_of: Callable[[int], dict[str, Any]] | None = None,
+    timing: list[float] | None = None,
+    **settings: str,
+) -> tuple[float, float]:
     """(Redis CPU us per execution to start it, to take, run and end it), the engine and the
-    worker on `settings` (names of `Settings`, values as the environment gives them)."""
+    worker on `settings` (names of `Settings`, values as the environment gives them): N
+    executions of `capability` (`bench.noop`), the i-th with the input `input_of(i)` ({});
+    the drain's seconds are appended to `timing` when one is given."""
     await bench.flush()
     redis = aioredis.from_url(bench.redis_url)
     env = {f"MAJORDOMUS_{name.upper()}": value for name, value in settings.items()}
     try:
         async with bench.engine(**settings) as engine:
             before = await server_cpu(redis)
-            await fan_out(n, lambda: engine.start("bench.noop", {}), ENQUEUERS)
+            numbers = iter(range(n))
+            await fan_out(
+                n,
+                lambda: engine.start(capability, input_of(next(numbers)) if input_of else {}),
+                ENQUEUERS,
+            )
             created = await server_cpu(redis) - before
             with children() as kids:
                 kids.append(majordomus_worker(bench, MAX_JOBS, **env))
                 await wait_for_workers(bench, 1)
-                before = await server_cpu(redis)
+                before, began = await server_cpu(redis), time.monotonic()
                 while await engine.store.finished_count() < n:
                     if not kids[0].alive():
                         raise RuntimeError(f"the worker died:\n{kids[0].log()[-1500:]}")
                     await asyncio.sleep(0.01)
                 drained = await server_cpu(redis) - before
+                if timing is not None:
+                    timing.append(time.monotonic() - began)
     finally:
         await redis.aclose()
     return created / n * 1e6, drained / n * 1e6

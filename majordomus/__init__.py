@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     )
     from majordomus.context import Context, ExecutionCancelled
     from majordomus.errors import MajordomusError
-    from majordomus.flow import PerKey
+    from majordomus.flow import Debounce, PerKey, RateLimit, Throttle
     from majordomus.registry import capability
     from majordomus.retries import Retry
     from majordomus.schedules import Schedule
@@ -47,6 +47,9 @@ _HOME = {
     "ExecutionCancelled": "majordomus.context",
     "MajordomusError": "majordomus.errors",
     "PerKey": "majordomus.flow",
+    "Debounce": "majordomus.flow",
+    "Throttle": "majordomus.flow",
+    "RateLimit": "majordomus.flow",
     "capability": "majordomus.registry",
     "Retry": "majordomus.retries",
     "Schedule": "majordomus.schedules",
@@ -69,6 +72,9 @@ __all__ = [
     "ExecutionCancelled",
     "MajordomusError",
     "PerKey",
+    "Debounce",
+    "Throttle",
+    "RateLimit",
     "Retry",
     "Schedule",
     "Secret",

@@ -8,18 +8,20 @@ and output are known by their JSON Schemas alone (`majordomus.schemas.Published`
 engine validates the input against the very schema the API and the MCP tool show, fills
 its defaults, redacts its secrets (schema-driven as always) and enqueues it with the
 capability's title, priority, cancellability and concurrency bounds (its own, and per key:
-the producer computes a start's key as the workers would). The handler is not here: a
-published capability is only ever started, never run, in such a process.
+the producer computes a start's key as the workers would) and rate limit, and its
+debounce or throttle (the producer collapses its starts as the workers' own would). The
+handler is not here: a published capability is only ever started, never run, in such a
+process.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from majordomus.errors import MajordomusError
-from majordomus.flow import PerKey
+from majordomus.flow import COLLAPSES, Debounce, PerKey, RateLimit, Throttle
 from majordomus.priorities import Priority
 from majordomus.registry import Capability, Exposure, Kind
 from majordomus.schemas import Published
@@ -33,6 +35,14 @@ class PerKeyDeclared(msgspec.Struct, forbid_unknown_fields=False):
 
     member: str
     limit: int
+
+
+class CollapseDeclared(msgspec.Struct, forbid_unknown_fields=False):
+    """Its debounce or throttle (`majordomus.flow`): a producer collapses a start by its key."""
+
+    kind: Literal["debounce", "throttle"]
+    member: str
+    seconds: float
 
 
 class Declaration(msgspec.Struct, forbid_unknown_fields=False):
@@ -51,6 +61,8 @@ class Declaration(msgspec.Struct, forbid_unknown_fields=False):
     http_path: str | None = None
     searchable: list[str] = []
     per_key: PerKeyDeclared | None = None
+    rate_limit: RateLimit | None = None
+    collapse: CollapseDeclared | None = None
     version: int = DECLARATION_VERSION
 
 
@@ -74,6 +86,8 @@ def declaration_of(cap: Capability) -> bytes:
             http_path=cap.exposure.http_path,
             searchable=list(cap.searchable),
             per_key=PerKeyDeclared(cap.per_key.member, cap.per_key.limit) if cap.per_key else None,
+            rate_limit=cap.rate_limit,
+            collapse=CollapseDeclared(**cap.collapse.view()) if cap.collapse else None,
         )
     )
 
@@ -101,7 +115,15 @@ def published(raw: bytes) -> Capability | None:
         exposure=Exposure(None, decl.http_method, decl.http_path, None),
         searchable=tuple(decl.searchable),
         per_key=PerKey(decl.per_key.member, decl.per_key.limit) if decl.per_key else None,
+        rate_limit=decl.rate_limit,
+        collapse=_collapse_of(decl.collapse),
     )
+
+
+def _collapse_of(declared: CollapseDeclared | None) -> Debounce | Throttle | None:
+    if declared is None:
+        return None
+    return COLLAPSES[declared.kind](declared.member, declared.seconds)
 
 
 def _not_here(cap_id: str) -> Any:

@@ -137,6 +137,13 @@ def how_it_runs(cap: Capability) -> str:
         parts.append(f"at most {cap.max_concurrency} at once")
     if cap.per_key is not None:
         parts.append(f"at most {cap.per_key.limit} at once per `{cap.per_key.member}`")
+    if cap.rate_limit is not None:
+        rate = cap.rate_limit
+        each = f" per `{rate.key}`" if rate.key else ""
+        parts.append(f"at most {rate.limit} starts a {rate.per}{each}")
+    if cap.collapse is not None:
+        collapse = cap.collapse
+        parts.append(f"{collapse.kind}d per `{collapse.member}` ({collapse.seconds:g} s window)")
     if cap.timeout is not None:
         parts.append(f"timeout {cap.timeout:g} s")
     return ", ".join(parts) + "."

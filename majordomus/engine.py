@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from majordomus import clock
 from majordomus.config import LIMITS, Settings, clamp
 from majordomus.context import Context
 from majordomus.declarations import declaration_of, published
@@ -33,6 +34,7 @@ from majordomus.errors import (
     refused,
     unavailable,
 )
+from majordomus.flow import Debounce, Throttle, replaced_diagnostic
 from majordomus.handler_threads import in_thread
 from majordomus.ids import PROTOCOL_VERSION, require_execution_id
 from majordomus.matching import (
@@ -398,11 +400,19 @@ class Engine:
         fingerprint = _fingerprint(cap.id, plain) if key else ""
         searched = tuple(indexed_values(cap.searchable, plain))
         per_key = (cap.per_key.limit, cap.per_key.key_of(plain)) if cap.per_key else None
-        if options is NO_OPTIONS and not searched:
+        rated = cap.rate_limit
+        rate_key = rated.key_of(plain) if rated else None
+        keyed = per_key[1] if per_key else rate_key
+        # Its debounce or throttle (`majordomus.flow`); a retried attempt is never collapsed.
+        collapse = cap.collapse if options.retry_of is None else None
+        collapsing = (
+            (collapse.kind, collapse.key_of(plain), collapse.window_ms) if collapse else None
+        )
+        if options is NO_OPTIONS and not searched and collapse is None:
             plan = _plain_plan(priority)
         else:
             plan = StartPlan(
-                due_ms=options.start_at_ms,
+                due_ms=_due_ms(options, collapse),
                 priority=priority,
                 idempotency_key=key,
                 fingerprint=fingerprint,
@@ -411,12 +421,16 @@ class Engine:
                 attempts_before=options.attempts_before,
                 timeout_ms=options.timeout_ms,
                 search=searched,
+                collapse=collapsing,
             )
         draws = ID_DRAWS
         while True:
             execution_id = self.store.new_id(
-                capped=cap.id if cap.max_concurrency else None,
-                keyed=(cap.id, per_key[1]) if per_key else None,
+                # One partition keeps a capability's slots, or its one rate bucket; a key's,
+                # its slots and bucket.
+                capped=cap.id if cap.max_concurrency or (rated and rate_key is None) else None,
+                keyed=(cap.id, keyed) if keyed is not None else None,
+                collapsed=(cap.id, collapsing[1]) if collapsing else None,
                 idempotency_key=key,
                 retry_of=options.retry_of,
                 avoid=self.silent_partitions(),
@@ -435,6 +449,7 @@ class Engine:
                     episode=episode,
                     max_concurrency=cap.max_concurrency,
                     per_key=per_key,
+                    rate=(rated.interval_ms, rated.tolerance_ms, rate_key) if rated else None,
                     plan=plan,
                 )
                 break
@@ -451,12 +466,33 @@ class Engine:
                 raise start_unknown(cap.id, execution_id, key) from exc
         if created.held_by is not None:
             return await self._held(key or "", created, fingerprint)
+        if created.collapsed_into is not None:
+            return await self._collapsed(created)
         METRICS.execution_started(cap.id)
         METRICS.events_appended(2)  # execution.created, execution.queued
         # What the create wrote, known from its arguments rather than read back (the answer
         # is the queued snapshot even when a worker has already picked it up); the test of
         # the stored format checks it is what a read of the hash answers.
         return snapshot_of_members(created_members(created.args), self.links)
+
+    async def _collapsed(self, created: Created) -> ExecutionSnapshot:
+        """The answer of a start its key's open window collapsed into an execution
+        (`majordomus.flow`): that execution, counting it in `collapsed`. A debounced one whose
+        input it replaced says so in its history first (`debounce.replaced`), written as the
+        ticker writes its own: a second step, which a start that ran meanwhile still takes."""
+        carrier = created.collapsed_into or ""
+        if created.replaced_due_at:
+            diagnostic = replaced_diagnostic(created.collapsed + 1, created.replaced_due_at)
+            event = ("execution.diagnostic", encode(diagnostic))
+            result = await self.store.append(carrier, [event])
+            METRICS.events_appended(result.applied)
+        raw = await self.store.snapshot(carrier)
+        if raw is None:  # forgotten between the two steps (pruned): as if never carried
+            raise refused(
+                f"the start was collapsed into {carrier}, which is gone",
+                "start again: its key's window is closed",
+            )
+        return self.snapshot_from(raw)
 
     async def _held(self, key: str, created: Created, fingerprint: str) -> ExecutionSnapshot:
         """The answer of a start whose idempotency key an execution already holds: that
@@ -932,6 +968,14 @@ def ended_badly(snap: ExecutionSnapshot) -> MajordomusError:
         suggestion or f"read its events: GET {snap.links.events}",
         snap.id,
     )
+
+
+def _due_ms(options: StartOptions, collapse: Debounce | Throttle | None) -> int | None:
+    """When a start is due (epoch ms; None: now): as its options say, and a debounced one
+    no sooner than its window from now (`majordomus.flow`)."""
+    if not isinstance(collapse, Debounce):
+        return options.start_at_ms
+    return max(options.start_at_ms or 0, clock.now_ms() + collapse.window_ms)
 
 
 @functools.cache

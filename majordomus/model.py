@@ -235,6 +235,10 @@ class ExecutionSnapshot(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The attempt this one retries (the previous execution of its retry chain)."""
     retried_as: str | UnsetType = UNSET
     """The attempt that retries this one (the next execution of its retry chain)."""
+    collapsed: int = 0
+    """How many later starts its capability's debounce or throttle collapsed into it
+    (`majordomus.flow`): each was answered with it, so a start whose answer says more than
+    0 is one of them, carried by this execution."""
     correlation_id: str
     links: ExecutionLinks
 

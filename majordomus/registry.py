@@ -18,7 +18,16 @@ from typing import Any, Literal, TypeVar
 
 from majordomus.client.handles import Declared
 from majordomus.errors import not_found
-from majordomus.flow import FlowError, PerKey, check_per_key
+from majordomus.flow import (
+    Debounce,
+    FlowError,
+    PerKey,
+    RateLimit,
+    Throttle,
+    check_collapse,
+    check_per_key,
+    check_rate_limit,
+)
 from majordomus.priorities import Priority
 from majordomus.retries import Retry
 from majordomus.schedules import Schedule
@@ -95,6 +104,13 @@ class Capability:
     per_key: PerKey | None = None
     """At most so many of its executions run at once per value of an input member, fairly
     between values (`majordomus.flow`); None: no limit per key."""
+    rate_limit: RateLimit | None = None
+    """At most so many of its executions start per second, minute or hour, globally or per
+    value of an input member (`majordomus.flow.RateLimit`); None: no rate limit."""
+    collapse: Debounce | Throttle | None = None
+    """Starts of one value of an input member within a window collapse into one execution,
+    its last start's input once the key is quiet (`Debounce`) or its first's (`Throttle`)
+    (`majordomus.flow`); None: every start is an execution of its own."""
 
     @property
     def module(self) -> str:
@@ -274,6 +290,8 @@ def capability(
     task_support: TaskSupport | None = None,
     searchable: tuple[str, ...] | list[str] = (),
     per_key: PerKey | None = None,
+    rate_limit: RateLimit | None = None,
+    collapse: Debounce | Throttle | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[..., Any]], Declared[In, Out]]:
     """Declare a capability: `@capability("myapp.resize", input=In, output=Out)`.
@@ -293,6 +311,9 @@ def capability(
             raise RegistryError(str(exc)) from exc
         try:
             keyed = check_per_key(id, input, per_key)
+            rated = check_rate_limit(id, input, rate_limit, keyed)
+            keyed_by = (keyed.member if keyed else None, rated.key if rated else None)
+            collapsed = check_collapse(id, input, collapse, tuple(m for m in keyed_by if m))
         except FlowError as exc:
             raise RegistryError(str(exc)) from exc
         cap = Capability(
@@ -317,6 +338,8 @@ def capability(
             task_support=tasks,
             searchable=found_by,
             per_key=keyed,
+            rate_limit=rated,
+            collapse=collapsed,
         )
         (registry if registry is not None else REGISTRY).add(cap)
         return Declared(cap, handler)

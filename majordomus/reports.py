@@ -38,6 +38,13 @@ UNSUCCESSFUL = frozenset({b"failed", b"cancelled"})
 `cancelled` (people, or a stopping worker whose grace ran out)."""
 
 
+class KeyWaiting(msgspec.Struct):
+    """One key of a capability's limit per key, and how many of its executions wait."""
+
+    key: str
+    waiting: int
+
+
 class QueuedCapability(msgspec.Struct):
     """The executions of one capability waiting for a worker."""
 
@@ -51,12 +58,18 @@ class QueuedCapability(msgspec.Struct):
     held: int = 0
     """Of `count`, how many the capability's `max_concurrency` holds back: in its waiting
     list, holding no worker, moved back into the queue as a slot frees. What a worker could
-    take now is `count - held - held_per_key` (what an autoscaler scales on)."""
+    take now is `count - held - held_per_key - held_by_rate` (what an autoscaler scales
+    on)."""
     held_per_key: int = 0
     """Of `count`, how many their key's limit holds back (`per_key`, `majordomus.flow`):
     in their key's waiting list, moved to the queue as a slot of their key frees."""
     keys_held: int = 0
     """Over how many keys those wait (the keys read: up to 1,000 a partition)."""
+    busiest_keys: list[KeyWaiting] = []
+    """The five keys with the most waiting, most first."""
+    held_by_rate: int = 0
+    """Of `count`, how many wait for their turn under the capability's rate limit
+    (`majordomus.flow.RateLimit`): each has a `due_at`, and starts then."""
     delayed: int = 0
     """How many wait for their `start_at` (a delayed start, a retry's backoff)."""
     next_due_at: str | None = None
@@ -182,13 +195,16 @@ async def drained_workers(engine: Engine, worker_ids: list[str]) -> list[str]:
 async def _queued(store: Store, now_ms: int) -> tuple[int, list[QueuedCapability]]:
     entries = await store.queued_ids()  # scored by when each is (or was) due
     ids = [i for i, _ in entries]
-    capabilities = await store.snapshot_fields(ids, ["capability"])
+    capabilities = await store.snapshot_fields(ids, ["capability", "rate_due"])
     counts: Counter[str] = Counter()
+    rated: Counter[str] = Counter()
     later: Counter[str] = Counter()
     oldest: dict[str, tuple[int, str]] = {}
     first_due: dict[str, int] = {}
-    for (execution_id, due_ms), (cap,) in zip(entries, capabilities, strict=False):
+    for (execution_id, due_ms), (cap, turn) in zip(entries, capabilities, strict=False):
         name = _text(cap) or "?"
+        if due_ms <= now_ms and turn is not None and int(turn) > now_ms:
+            rated[name] += 1
         if due_ms > now_ms:
             later[name] += 1
             first_due[name] = min(due_ms, first_due.get(name, due_ms))
@@ -203,6 +219,7 @@ async def _queued(store: Store, now_ms: int) -> tuple[int, list[QueuedCapability
             oldest=oldest[name][1] if name in oldest else None,
             oldest_wait_seconds=_seconds_since(oldest[name][0], now_ms) if name in oldest else 0.0,
             delayed=later[name],
+            held_by_rate=rated[name],
             next_due_at=stamp_of(first_due[name]) if name in first_due else None,
         )
         for name in sorted({*counts, *later})
@@ -211,9 +228,10 @@ async def _queued(store: Store, now_ms: int) -> tuple[int, list[QueuedCapability
     for group, waiting in zip(groups, held, strict=True):
         group.held = min(waiting, group.count)
     per_key = await store.key_waiting_counts([g.capability for g in groups])
-    for group, (waiting, keys) in zip(groups, per_key, strict=True):
+    for group, (waiting, keys, busiest) in zip(groups, per_key, strict=True):
         group.held_per_key = min(waiting, group.count - group.held)
         group.keys_held = keys
+        group.busiest_keys = [KeyWaiting(key, n) for key, n in busiest]
     groups.sort(key=lambda g: (-g.oldest_wait_seconds, g.capability))
     return len(entries), groups
 

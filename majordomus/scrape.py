@@ -108,6 +108,7 @@ def _report_families(report: QueueReport) -> list[Metric]:
         oldest.add_metric([group.capability], group.oldest_wait_seconds)
         held.add_metric([group.capability, "concurrency"], group.held)
         held.add_metric([group.capability, "per_key"], group.held_per_key)
+        held.add_metric([group.capability, "rate"], group.held_by_rate)
         delayed.add_metric([group.capability], group.delayed)
     running = GaugeMetricFamily(
         "majordomus_executions_running",

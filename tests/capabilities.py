@@ -9,7 +9,16 @@ from typing import Annotated
 
 import msgspec
 
-from majordomus import Context, MajordomusError, PerKey, Secret, capability
+from majordomus import (
+    Context,
+    Debounce,
+    MajordomusError,
+    PerKey,
+    RateLimit,
+    Secret,
+    Throttle,
+    capability,
+)
 
 
 class Empty(msgspec.Struct, forbid_unknown_fields=True):
@@ -97,6 +106,22 @@ async def per_tenant(ctx: Context, inp: TenantWork) -> Slept:
 async def per_tenant_capped(ctx: Context, inp: TenantWork) -> Slept:
     await asyncio.sleep(inp.seconds)
     return Slept(inp.seconds)
+
+
+@capability("tests.rated", input=Empty, output=Done, title="Fifty a second", rate_limit=RateLimit(50))
+async def rated(ctx: Context, inp: Empty) -> Done:
+    return Done()
+
+
+@capability(
+    "tests.rated_per_tenant",
+    input=TenantWork,
+    output=Slept,
+    title="Two a second per tenant",
+    rate_limit=RateLimit(2, "second", key="tenant"),
+)
+async def rated_per_tenant(ctx: Context, inp: TenantWork) -> Slept:
+    return Slept(0)
 
 
 class Credentials(msgspec.Struct, forbid_unknown_fields=True):
@@ -211,3 +236,37 @@ class Order(msgspec.Struct, forbid_unknown_fields=True):
 )
 async def order(ctx: Context, inp: Order) -> Done:
     return Done()
+
+
+class Ping(msgspec.Struct, forbid_unknown_fields=True):
+    tenant: str
+    n: int = 0
+    token: Secret = ""
+
+
+class Pinged(msgspec.Struct):
+    n: int
+    token: str
+
+
+@capability(
+    "tests.throttled",
+    input=Ping,
+    output=Pinged,
+    title="One a window per tenant, the first input",
+    collapse=Throttle("tenant", seconds=2.0),
+)
+async def throttled(ctx: Context, inp: Ping) -> Pinged:
+    return Pinged(inp.n, inp.token)
+
+
+@capability(
+    "tests.debounced",
+    input=Ping,
+    output=Pinged,
+    title="Once a tenant is quiet for a second, the last input",
+    collapse=Debounce("tenant", seconds=1.0),
+    searchable=("n",),
+)
+async def debounced(ctx: Context, inp: Ping) -> Pinged:
+    return Pinged(inp.n, inp.token)

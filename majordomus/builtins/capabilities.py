@@ -7,7 +7,7 @@ description.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
@@ -42,6 +42,27 @@ class PerKeyView(msgspec.Struct):
     """How many of one key's executions may run at once."""
 
 
+class RateLimitView(msgspec.Struct):
+    limit: int
+    """Starts per period, spaced evenly."""
+    per: str
+    """The period: second, minute or hour."""
+    key: str | None
+    """The input member whose value has a bucket of its own; null: one for all."""
+    burst: int
+    """How many may start at once after a quiet spell."""
+
+
+class CollapseView(msgspec.Struct):
+    kind: Literal["debounce", "throttle"]
+    """`debounce`: one execution once the key is quiet for the window, with the last input;
+    `throttle`: at most one per window, with the first input."""
+    member: str
+    """The input member whose value is the key."""
+    seconds: float
+    """The window."""
+
+
 class CapabilityView(msgspec.Struct):
     id: str
     module: str
@@ -55,6 +76,12 @@ class CapabilityView(msgspec.Struct):
     per_key: PerKeyView | None
     """At most `limit` of its executions run at once per value of the input member
     `member`, fairly between values (`majordomus.flow`); null: no limit per key."""
+    rate_limit: RateLimitView | None
+    """At most `limit` of its executions start per `per`, globally or per value of the input
+    member `key` (`majordomus.flow.RateLimit`); null: no rate limit."""
+    collapse: CollapseView | None
+    """Its starts of one key within a window collapse into one execution, whose `collapsed`
+    counts them (`majordomus.flow`); null: every start is an execution of its own."""
     retry: RetryView | None
     """Its retry policy (`majordomus.retries`); null: a failed execution is not retried."""
     tags: list[str]
@@ -89,6 +116,8 @@ def view_of(cap: Capability) -> CapabilityView:
         executable=cap.executable,
         max_concurrency=cap.max_concurrency,
         per_key=PerKeyView(cap.per_key.member, cap.per_key.limit) if cap.per_key else None,
+        rate_limit=RateLimitView(**cap.rate_limit.view()) if cap.rate_limit else None,
+        collapse=CollapseView(**cap.collapse.view()) if cap.collapse else None,
         retry=cap.retry.view() if cap.retry is not None else None,
         tags=list(cap.tags),
         searchable=list(cap.searchable),

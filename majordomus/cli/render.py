@@ -23,7 +23,7 @@ from rich.json import JSON
 from rich.markup import escape
 from rich.text import Text
 
-from majordomus.builtins.capabilities import CapabilityList, CapabilityView
+from majordomus.builtins.capabilities import CapabilityList, CapabilityView, CollapseView
 from majordomus.builtins.schedules import ScheduleList
 from majordomus.cli.transport import Message
 from majordomus.config import LIMITS
@@ -219,6 +219,7 @@ def snapshot(console: Console, snap: ExecutionSnapshot) -> None:
         ("idempotency key", snap.idempotency_key),
         ("retry of", snap.retry_of),
         ("retried as", snap.retried_as),
+        ("collapsed", f"{snap.collapsed} later starts" if snap.collapsed else None),
         ("actor", snap.actor),
         ("episode", snap.episode),
         ("events", f"{min(snap.event_count, LIMITS.stream_events)} kept of {snap.event_count}"),
@@ -380,6 +381,8 @@ def capability_view(
                     "per key",
                     f"{view.per_key.limit} at once per {view.per_key.member}" if view.per_key else None,
                 ),
+                ("rate limit", _rate_text(view.rate_limit)),
+                ("collapse", _collapse_text(view.collapse)),
                 ("tags", ", ".join(view.tags)),
                 ("command", exposure.cli or "-"),
                 ("HTTP", _route(view)),
@@ -647,6 +650,23 @@ def queue_view(report: QueueReport) -> RenderableType:
     )
 
 
+def _rate_text(rate: Any) -> str | None:
+    """A capability's rate limit in words (`majordomus.flow.RateLimit`), or None."""
+    if rate is None:
+        return None
+    each = f" per {rate.key}" if rate.key else ""
+    burst = f", {rate.burst} at once" if rate.burst > 1 else ""
+    return f"{rate.limit} starts a {rate.per}{each}{burst}"
+
+
+def _collapse_text(collapse: CollapseView | None) -> str | None:
+    """A capability's debounce or throttle in words (`majordomus.flow`), or None."""
+    if collapse is None:
+        return None
+    first = "last" if collapse.kind == "debounce" else "first"
+    return f"{collapse.kind} per {collapse.member}, {collapse.seconds:g} s ({first} input runs)"
+
+
 def queued_table(groups: list[QueuedCapability]) -> RenderableType:
     if not groups:
         return Text("nothing queued", style="dim")
@@ -658,7 +678,7 @@ def queued_table(groups: list[QueuedCapability]) -> RenderableType:
         (
             g.capability,
             str(g.count),
-            str(g.held + g.held_per_key),
+            str(g.held + g.held_per_key + g.held_by_rate),
             seconds_text(g.oldest_wait_seconds) if g.oldest else "-",
             g.oldest or "-",
             str(g.delayed),

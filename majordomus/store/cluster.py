@@ -19,7 +19,7 @@ from typing import Any, cast
 
 from redis.asyncio import ConnectionPool
 from redis.asyncio.client import PubSub
-from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, NodesManager, RedisCluster
 from redis.asyncio.connection import AbstractConnection, Connection, SSLConnection
 from redis.commands.core import AsyncScript
 from redis.exceptions import (
@@ -104,6 +104,48 @@ _CANNOT_SERVE = (ClusterError, SlotNotCoveredError)
 node covers, redirections without end): an outage, not a fault of the command."""
 
 
+class _KeptNodes(NodesManager):
+    """redis-py's nodes manager, which keeps the nodes it knows across a new layout.
+
+    redis-py's makes a new `ClusterNode` for every node at each layout it asks, and closes
+    the old ones, their connections in use included: every command in flight to every
+    master failed with a broken connection, which redis-py answers with yet another
+    layout. With one master stalled, each of its timeouts asked a layout, which broke the
+    healthy masters' commands, each of which asked another (one of them, maybe, of the
+    stalled master first, the others waiting on it): a storm in which no partition was
+    served. Here a node still at the same address keeps its object and its connections;
+    only after the client closed its nodes (`default_node` unset: closed, a layout that
+    failed, or the first) are they new, as in redis-py (connections lost to cancels come
+    back that way: `SturdyCluster`)."""
+
+    __slots__ = ()
+
+    def set_nodes(
+        self, old: dict[str, ClusterNode], new: dict[str, ClusterNode], remove_old: bool = False
+    ) -> None:
+        if old is self.nodes_cache and self.default_node is not None:
+            swap: dict[int, ClusterNode] = {}
+            for name, node in new.items():
+                mine = old.get(name)
+                if (
+                    mine is not None
+                    and mine is not node
+                    and (mine.host, mine.port)
+                    == (
+                        node.host,
+                        node.port,
+                    )
+                ):
+                    mine.server_type = node.server_type
+                    swap[id(node)] = mine
+            if swap:
+                shared = {id(nodes): nodes for nodes in self.slots_cache.values()}
+                for nodes in shared.values():  # one list per slot range, the new nodes'
+                    nodes[:] = [swap.get(id(node), node) for node in nodes]
+                new = {name: swap.get(id(node), node) for name, node in new.items()}
+        super().set_nodes(old, new, remove_old)
+
+
 class SturdyCluster(RedisCluster):
     """redis-py's cluster client, with the module's policy where redis-py 5.3 has none.
 
@@ -148,6 +190,7 @@ class SturdyCluster(RedisCluster):
         **options: Any,
     ) -> None:
         super().__init__(startup_nodes=[ClusterNode(host, port) for host, port in seeds], **options)
+        self.nodes_manager.__class__ = _KeptNodes  # the same object, one method more
         self.connection_kwargs["connection_class"] = connection_class  # every node made later
         self._seeds = seeds
         bound: int = options["max_connections"]
@@ -260,6 +303,14 @@ class SturdyCluster(RedisCluster):
         if inside is not None:
             # redis-py calls it before it retries: a cancel lost meanwhile stops the retry.
             _keep_cancel(inside)
+            # The node whose command failed, redis-py has just dropped from the seeds: it is
+            # asked last for the layout from now on, not only once the command is given up
+            # (a stalled master asked first would hold the layout, and every command, for
+            # its read timeout and retries).
+            nodes = self.nodes_manager
+            for name in nodes.nodes_cache:
+                if name not in nodes.startup_nodes:
+                    self._silent[name] = time.monotonic() + SILENT_NODE_SECONDS
             ask_layout_again(self)
             return
         await RedisCluster.aclose(self)

@@ -82,6 +82,9 @@ class StartPlan:
     search: tuple[tuple[str, str], ...] = ()
     """(member, value text) of each searchable input member it is indexed by
     (`majordomus.search`)."""
+    collapse: tuple[str, str, int] | None = None
+    """(kind, key, window ms) of its capability's debounce or throttle (`majordomus.flow`):
+    a start of a key whose window is open is collapsed into the window's execution."""
 
 
 NOW = StartPlan()
@@ -96,6 +99,12 @@ class Created:
     held_by: str | None = None
     """The execution that already holds the idempotency key (nothing was created)."""
     held_fingerprint: str = ""
+    collapsed_into: str | None = None
+    """The execution of its key's open window that carries it (nothing was created)."""
+    collapsed: int = 0
+    """How many starts that execution now counts as collapsed into it, this one included."""
+    replaced_due_at: str = ""
+    """When the debounced execution whose input it replaced is due ('': none was replaced)."""
     args: Sequence[Any] = ()
     """The create's arguments (create.lua's ARGV), from which the snapshot it wrote is known
     without reading it back: its fields (`created_hash`) and its members (`created_members`,
@@ -163,15 +172,20 @@ class ExecutionStore(StoreBase):
         *,
         capped: str | None = None,
         keyed: tuple[str, str] | None = None,
+        collapsed: tuple[str, str] | None = None,
         idempotency_key: str | None = None,
         retry_of: str | None = None,
         avoid: Collection[int] = (),
     ) -> str:
         """A fresh execution id, in the partition its start must be written in: a capped
         capability's (`capped`: its slots are kept there), else its key's (`keyed`:
-        (capability, key) of a `per_key` limit, whose slots are kept there), else the
-        retried attempt's, else its idempotency key's; any other goes anywhere (the suffix picks, at random), but
-        not in a partition of `avoid` (ones not answering) while another is left."""
+        (capability, key) of a `per_key` limit, whose slots are kept there), else its
+        collapse's (`collapsed`: (capability, key) of a debounce or throttle), else the
+        retried attempt's, else its idempotency key's; any other goes anywhere (the suffix
+        picks, at random), but not in a partition of `avoid` (ones not answering) while
+        another is left. A collapse's window is kept in its execution's partition: one of
+        these choices, the same for every start of its key (a capability's limits per key
+        name one member)."""
         k = self.keys
         if k.partition_count == 1:
             return new_execution_id()
@@ -179,6 +193,8 @@ class ExecutionStore(StoreBase):
             part = k.partition_of_capability(capped)
         elif keyed is not None:
             part = k.partition_of_concurrency_key(*keyed)
+        elif collapsed is not None:
+            part = k.partition_of_collapse(*collapsed)
         elif retry_of is not None:
             part = k.partition_of(retry_of)
         elif idempotency_key is not None:
@@ -205,13 +221,16 @@ class ExecutionStore(StoreBase):
         episode: str | None,
         max_concurrency: int | None = None,
         per_key: tuple[int, str] | None = None,
+        rate: tuple[float, float, str | None] | None = None,
         plan: StartPlan = NOW,
     ) -> Created:
         """Create and enqueue, as `plan` says (due time, priority, idempotency key, links);
         `sensitive`: whether `secret_json` holds values its schema marks sensitive;
-        `per_key`: (limit, key) of its capability's limit per key (`majordomus.flow`).
+        `per_key`: (limit, key) of its capability's limit per key (`majordomus.flow`);
+        `rate`: (interval ms, tolerance ms, key or None) of its capability's rate limit.
         answers how many were queued ahead of it and when it was created, or the execution
-        that holds its idempotency key."""
+        that holds its idempotency key, or the one its key's open window collapsed it into
+        (`plan.collapse`, `majordomus.flow`)."""
         k = self.keys
         stamp, ms = now_stamp()
         due_ms = int(plan.due_ms) if plan.due_ms is not None and plan.due_ms > ms else 0
@@ -247,6 +266,10 @@ class ExecutionStore(StoreBase):
             args += ("conc_limit", max_concurrency)
         if per_key:
             args += ("key_limit", per_key[0], "conc_key", per_key[1])
+        if rate:
+            args += ("rate_t", f"{rate[0]:.6f}", "rate_tau", f"{rate[1]:.6f}")
+            if rate[2] is not None:
+                args += ("rate_key", rate[2])
         if due_ms:
             args += ("due_ms", due_ms, "due_at", stamp_of(due_ms))
         if plan.schedule:
@@ -261,6 +284,10 @@ class ExecutionStore(StoreBase):
         if retried:
             keys.append(k.snapshot(retried))
             args += ("retried", "1")
+        if plan.collapse:
+            kind, key, window_ms = plan.collapse
+            keys.append(part.collapse(capability, key))
+            args += ("collapse", kind, "window_ms", window_ms)
         if plan.search:
             indexes = [part.search(capability, member, text) for member, text in plan.search]
             keys += indexes
@@ -271,6 +298,14 @@ class ExecutionStore(StoreBase):
         code = int(answer[0])
         if code == -2:
             return Created(0, stamp, held_by=_text(answer[1]), held_fingerprint=_text(answer[2]))
+        if code == -3:
+            return Created(
+                0,
+                stamp,
+                collapsed_into=_text(answer[1]),
+                collapsed=int(answer[2]),
+                replaced_due_at=_text(answer[3]),
+            )
         if code < 0:
             raise IdTaken(f"execution id {execution_id} already exists")
         return Created(code, stamp, args=args)
@@ -577,6 +612,9 @@ CREATED_FROM_OPTIONS: dict[str, bytes] = {
     "conc_limit": b"conc_limit",
     "key_limit": b"key_limit",
     "conc_key": b"conc_key",
+    "rate_t": b"rate_t",
+    "rate_tau": b"rate_tau",
+    "rate_key": b"rate_key",
     "due_ms": b"due_ms",
     "due_at": b"due_at",
     "schedule": b"schedule",

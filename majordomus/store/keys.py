@@ -12,12 +12,13 @@ partition's hash tag, so on a Redis Cluster each script's keys are in one slot a
 partitions spread over the shards: an execution's snapshot, stream, worker-only input and
 task record; its partition's ready queue, delayed set, indexes (all, queued, running,
 finished) and live feed; each worker's lease, running set and last take, once per
-partition; each capped capability's slots and waiting list; the idempotency keys. The
-tags are chosen so that partition n of P hashes into the n-th of P equal slot ranges
-(`partition_tag`), which is how `redis-cli --cluster create` deals slots out: P partitions
-on P shards put one on each. An execution's partition is its id's random suffix modulo P
-(`majordomus.ids`), so finding its keys needs no lookup; the number of partitions is fixed
-for a deployment's life (changing it would move every id's keys).
+partition; each capped capability's slots and waiting list; the idempotency keys and the
+windows of collapsed starts. The tags are chosen so that partition n of P hashes into the
+n-th of P equal slot ranges (`partition_tag`), which is how `redis-cli --cluster create`
+deals slots out: P partitions on P shards put one on each. An execution's partition is its
+id's random suffix modulo P (`majordomus.ids`), so finding its keys needs no lookup; the
+number of partitions is fixed for a deployment's life (changing it would move every id's
+keys).
 
 Keys outside the partitions are touched by single-key commands only, or by scripts of
 their own concept that stay in one slot: the workers' set and presence, the sweeper lock,
@@ -63,6 +64,12 @@ KEYED = ":key:"
 (`majordomus.flow`); `<slots>:key:<key>:waiting` its executions waiting for one."""
 KEYS_WAITING = ":keys"
 """`<slots>:keys`: the keys of a capability that have executions waiting (a set)."""
+RATE = "rate:"
+"""`<base>rate:<capability>` (and `...:key:<key>` for a limit per key): a rate limit's
+bucket, the time its next start is due at the limit's pace (`majordomus.flow.RateLimit`)."""
+COLLAPSE = "collapse:"
+"""`<base>collapse:<capability>:<key>`: the execution that carries the starts of one key of a
+capability declaring `collapse` in its window (`majordomus.flow`)."""
 WORKER = "worker:"
 """`<base>worker:<worker id>...`: a worker's keys in a partition."""
 WORKER_RUNNING = ":running"
@@ -80,6 +87,7 @@ SCRIPT_KEY_NAMES: dict[str, str | int] = {
     "WAITING_AT": WAITING,
     "KEYED_AT": KEYED,
     "KEYSET_AT": KEYS_WAITING,
+    "RATE_AT": RATE,
     "WORKER_AT": WORKER,
     "RUNNING_AT": WORKER_RUNNING,
     "WAKEUP_AT": WAKEUP,
@@ -203,6 +211,12 @@ class Partition:
         upkeep and its statistics go through."""
         return f"{self.base}{CAPABILITY_SLOTS}{capability}{KEYS_WAITING}"
 
+    def rate_bucket(self, capability: str, key: str | None = None) -> str:
+        """A rate limit's bucket (`majordomus.flow.RateLimit`): one of the capability, or one
+        per key; kept by the take, expiring once a quiet spell has filled it."""
+        keyed = f"{KEYED}{key}" if key is not None else ""
+        return f"{self.base}{RATE}{capability}{keyed}"
+
     def search(self, capability: str, member: str, value: str) -> str:
         """The executions of a capability whose searchable input member has this value
         (`majordomus.search.value_text`), scored by their place in the order of creation like
@@ -219,6 +233,12 @@ class Partition:
     def idempotency(self, key: str) -> str:
         """An idempotency key's holder ("<execution id> <fingerprint>"), kept the retention."""
         return f"{self.base}idem:{key}"
+
+    def collapse(self, capability: str, key: str) -> str:
+        """The window of one key of a capability declaring `collapse` (`majordomus.flow`):
+        the execution that carries its starts ("<execution id> <due ms>", a debounced one's
+        due time as its window set it), kept as long as the window is open."""
+        return f"{self.base}{COLLAPSE}{capability}:{key}"
 
     def rollup(self, minute: int) -> str:
         """One minute's roll-up of this partition's executions (`minute`: epoch ms // 60,000),
@@ -277,6 +297,11 @@ class Keys:
         """The partition every execution of one key of a capability declaring `per_key`
         lives in, with the key's slots and waiting list (`majordomus.flow`)."""
         return self.partition_for(f"conc:{capability}:{key}")
+
+    def partition_of_collapse(self, capability: str, key: str) -> Partition:
+        """The partition every execution of one key of a capability declaring `collapse`
+        lives in, with its window's record (`majordomus.flow`)."""
+        return self.partition_for(f"collapse:{capability}:{key}")
 
     def partition_of_key(self, idempotency_key: str) -> Partition:
         """The partition an idempotency key (and so the execution holding it) lives in: a

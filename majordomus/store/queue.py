@@ -305,13 +305,15 @@ class QueueStore(StoreBase):
         return moved
 
     async def key_waiting_counts(
-        self, capabilities: Sequence[str], most_keys: int = 1000
-    ) -> list[tuple[int, int]]:
+        self, capabilities: Sequence[str], most_keys: int = 1000, busiest: int = 5
+    ) -> list[tuple[int, int, list[tuple[str, int]]]]:
         """For each capability declaring `per_key`: (how many executions wait for a slot of
-        their key, over how many keys), reading up to `most_keys` keys of each partition."""
-        found: list[tuple[int, int]] = []
+        their key, over how many keys, the `busiest` keys with how many each), reading up to
+        `most_keys` keys of each partition."""
+        found: list[tuple[int, int, list[tuple[str, int]]]] = []
         for capability in capabilities:
             waiting = keys = 0
+            each: list[tuple[str, int]] = []
             for part in self.keys.partitions:
                 names = await self.redis.execute_command(
                     "SRANDMEMBER", part.keys_waiting(capability), most_keys
@@ -322,8 +324,11 @@ class QueueStore(StoreBase):
                 async with self.redis.pipeline(transaction=False) as pipe:
                     for name in names:
                         pipe.zcard(part.key_waiting(capability, _text(name)))
-                    waiting += sum(int(n) for n in await pipe.execute())
-            found.append((waiting, keys))
+                    counts = [int(n) for n in await pipe.execute()]
+                waiting += sum(counts)
+                each += [(_text(name), n) for name, n in zip(names, counts, strict=True) if n]
+            each.sort(key=lambda pair: (-pair[1], pair[0]))
+            found.append((waiting, keys, each[:busiest]))
         return found
 
 

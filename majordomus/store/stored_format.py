@@ -81,10 +81,22 @@ class StoreFields(msgspec.Struct, kw_only=True):
     """Its priority's head start (ms) in the ready queue."""
     conc_limit: int | None = None
     """Its capability's `max_concurrency`, when it has one."""
+    flow: int | None = None
+    """1 when it has flow control (a limit per key, a rate limit): the take reads the
+    fields below only then."""
     key_limit: int | None = None
     """Its capability's limit per key (`majordomus.flow`), when it declares one."""
     conc_key: str | None = None
     """Its key under that limit (`PerKey.key_of` its input)."""
+    rate_t: float | None = None
+    """Its capability's rate limit's interval (ms between two starts at its pace)."""
+    rate_tau: float | None = None
+    """How far ahead of that pace a start may be (ms: the burst's)."""
+    rate_key: str | None = None
+    """Its rate limit's bucket's key, for a limit per key."""
+    rate_due: int | None = None
+    """When its turn under the rate limit comes (epoch ms), once the take gave it one: it
+    starts then without taking another."""
     due_ms: int | None = None
     timeout_ms: int | None = None
     """Its start's own timeout (ms), for the take to hand its worker."""

@@ -48,7 +48,7 @@ def test_a_row_reports_its_ratio_and_the_table_says_when_a_goal_is_missed() -> N
 PARTS = (
     ("schedules", "console", "events", "peers", "sealing", "audience", "rollup"),
     ("over_time", "live", "cli", "pickup", "history", "client", "bulk"),
-    ("throughput", "redis_cost", "mcp_tasks", "memory", "shards", "isolation"),
+    ("throughput", "redis_cost", "mcp_tasks", "memory", "shards", "isolation", "flow"),
 )
 """The quick run in three parts of about equal length (the schedules' ticks and the console's
 browser wait more than they work), run at once, each on a redis-server of its own: the same

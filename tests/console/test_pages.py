@@ -187,6 +187,11 @@ def test_the_queue_shows_a_backlog_a_worker_and_a_killed_worker_silent(
     page.goto(console.url + "/queue")
     row = page.wait_for_selector('#q-backlog tr[data-capability="tests.serial"]')
     assert int(row.query_selector("td:nth-child(2)").text_content()) >= 1
+    # What waits, and why: one of a slot runs, the others are held by its max_concurrency.
+    page.wait_for_function(
+        """() => /[12] by its max_concurrency/.test(document.querySelector(
+            '#q-backlog tr[data-capability="tests.serial"] td.held').textContent)"""
+    )
     page.wait_for_selector("#q-running [data-worker] li")
     extra = ConsoleWorker(console_redis_url)
     try:

@@ -95,9 +95,13 @@ async def every_path(engine: Engine) -> list[str]:
         ),
         await engine.start("tests.noop", {}, options=StartOptions(start_at_ms=later)),
         await engine.start("tests.per_tenant", {"tenant": "t"}),  # key_limit, conc_key
+        await engine.start("tests.rated_per_tenant", {"tenant": "t"}),  # rate_*
+        await engine.start("tests.rated_per_tenant", {"tenant": "t"}),  # held: rate_due
     ]
     ids = [s.id for s in started]
-    assert set(await take(engine)) == {ids[0], ids[1], ids[2], ids[4]}
+    assert set(await take(engine)) == {ids[0], ids[1], ids[2], ids[4], ids[5]}
+    held = await engine.get(ids[6])
+    assert held.diagnostics[0].code == "rate_limit.held" and held.due_at
     store = engine.store
     # Every report, and each end: by a worker, a cancel while running, an append's claim.
     assert (await store.append(ids[0], REPORTS, WORKER, token=store.next_token())).complete
@@ -110,7 +114,14 @@ async def every_path(engine: Engine) -> list[str]:
     result, _ = await store.claim(claimed.id, WORKER)
     assert result.complete
     assert (await store.append(claimed.id, [ENDS["failed"]], WORKER)).complete
-    return [*ids, claimed.id]
+    # Starts collapsed into their window's execution (collapsed), a debounced one's input
+    # replaced (input, due_ms, due_at).
+    collapsed = []
+    for capability in ("tests.throttled", "tests.debounced"):
+        first = await engine.start(capability, {"tenant": "t", "n": 1})
+        assert (await engine.start(capability, {"tenant": "t", "n": 2})).id == first.id
+        collapsed.append(first.id)
+    return [*ids, claimed.id, *collapsed]
 
 
 def data_type(event: Any) -> type | None:
@@ -224,6 +235,7 @@ async def test_a_start_answers_the_hash_its_create_wrote(engine: Engine) -> None
             attempts_before=3,
             timeout_ms=250,
             search=(("customer", "ada"),),
+            collapse=("throttle", "ada", 1_000),
         ),
     ],
 )
@@ -247,6 +259,9 @@ async def test_the_hash_a_create_predicts_is_the_one_create_lua_writes(
     raw = await engine.redis.hgetall(engine.store.keys.snapshot(xid))
     assert raw.pop(b"order")  # the one field the script counts itself
     assert raw == created_hash(created.args, created.ahead)
+    if plan.search:  # its index is the one after the window's key
+        index = engine.store.keys.partition_of(xid).search("tests.order", "customer", "ada")
+        assert await engine.redis.zscore(index, xid) is not None
 
 
 def test_a_member_of_the_envelope_no_script_writes_stops_every_script(

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from majordomus import Context, MajordomusError, Retry, Schedule, capability
+from majordomus import Context, MajordomusError, RateLimit, Retry, Schedule, capability
 from majordomus.registry import Registry
 
 KIT = Registry()
@@ -99,3 +99,15 @@ async def running(execution: Any, timeout: float = 5.0) -> None:
     while (await execution.refresh()).state != "running":
         assert loop.time() < deadline, f"{execution} is not running after {timeout} s"
         await asyncio.sleep(0.005)
+
+
+@capability(
+    "kit.hourly_note",
+    input=Note,
+    output=Noted,
+    registry=KIT,
+    rate_limit=RateLimit(2, "hour", key="text"),
+)
+async def hourly_note(ctx: Context, inp: Note) -> Noted:
+    """Answer the text, at most twice an hour per text (`majordomus.flow.RateLimit`)."""
+    return Noted(inp.text)

@@ -149,3 +149,22 @@ async def test_time_cannot_be_skipped_on_a_real_server() -> None:
 
 def _ms(stamp: object) -> int:
     return int(datetime.fromisoformat(str(stamp)).timestamp() * 1000)
+
+
+async def test_a_rate_limit_of_two_an_hour_runs_the_next_ones_as_the_hours_are_skipped(
+    env: Environment,
+) -> None:
+    """Five starts of one text against two an hour (no burst): one now, then one every half
+    hour of virtual time, each held with its turn as its due_at (`majordomus.flow`)."""
+    made = [await env.client.start("kit.hourly_note", {"text": "same"}) for _ in range(5)]
+    other = await env.client.start("kit.hourly_note", {"text": "other"})
+    assert (await env.client.wait(made[0].id, timeout=10)).state == "succeeded"
+    assert (await env.client.wait(other.id, timeout=10)).state == "succeeded"  # its own bucket
+    held = await env.client.get(made[1].id)
+    assert held.state == "queued" and held.diagnostics[0].code == "rate_limit.held"
+    for n in range(1, 5):
+        await env.skip(minutes=30)
+        states = [(await env.client.get(m.id)).state for m in made]
+        assert states == ["succeeded"] * (n + 1) + ["queued"] * (4 - n)
+    starts = [_ms((await env.client.get(m.id)).started_at) for m in made]
+    assert all(29 * 60_000 < b - a < 31 * 60_000 for a, b in zip(starts, starts[1:], strict=False))

@@ -94,6 +94,7 @@ async def test_a_burst_admits_the_limit_into_the_queue_and_the_rest_wait_out_of_
     report = await queue_report(engine)
     (group,) = report.queued_by_capability
     assert (group.count, group.held, group.held_per_key, group.keys_held) == (51, 0, 48, 1)
+    assert [(k.key, k.waiting) for k in group.busiest_keys] == [("noisy", 48)]
     samples = scraped(await cluster_families(engine))
     assert sample(samples, "majordomus_queue_held", capability="tests.per_tenant", limit="per_key") == 48
 

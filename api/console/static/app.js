@@ -812,7 +812,7 @@ function executionPage(params, id) {
 
 function queuePage() {
   const taken = el("p", {id: "q-taken", class: "muted", "aria-live": "off"});
-  const backlog = tableOf(["Capability", "Waiting", "Oldest wait", "Oldest", "Delayed", "Next due"], "Backlog by capability");
+  const backlog = tableOf(["Capability", "Waiting", "Held, and why", "Oldest wait", "Oldest", "Delayed", "Next due"], "Backlog by capability");
   backlog.body.id = "q-backlog";
   const running = el("div", {id: "q-running"});
   const workers = tableOf(["Worker", "Host", "PID", "Running", "Last beat", "Status", "Action"], "Workers");
@@ -835,8 +835,17 @@ function queuePage() {
     body.replaceChildren(...(rows.length ? rows : [el("tr", {}, el("td", {colspan: cols, class: "muted", text: none}))]));
   const executionLink = (id) => link("/executions/" + id, id, {class: "mono"});
   // An oldest wait only for a wait the report shows: none due (delayed ones only) is no wait.
+  // Of those waiting, what a limit holds back (no worker could take them now), by limit.
+  const heldText = (g) => [
+    g.held ? `${g.held} by its max_concurrency` : "",
+    g.held_per_key ? `${g.held_per_key} by its limit per key (over ${g.keys_held} key${g.keys_held === 1 ? "" : "s"})` : "",
+    g.held_by_rate ? `${g.held_by_rate} waiting for their turn under its rate limit` : "",
+  ].filter(Boolean).join("; ") || "—";
+  const busiest = (g) => (g.busiest_keys || []).length
+    ? "busiest keys: " + g.busiest_keys.map((k) => `${k.key} (${k.waiting})`).join(", ") : null;
   const backlogRow = (g) => el("tr", {"data-capability": g.capability},
     el("td", {text: g.capability}), el("td", {text: String(g.count)}),
+    el("td", {class: "held", text: heldText(g), title: busiest(g)}),
     g.count && g.oldest ? age(g.oldest_wait_seconds, " s") : el("td", {class: "age none", text: "—"}),
     el("td", {}, g.oldest ? executionLink(g.oldest) : null),
     el("td", {text: String(g.delayed || 0)}), el("td", {}, g.next_due_at ? time(g.next_due_at) : null));
@@ -883,7 +892,7 @@ function queuePage() {
     taken.textContent = `As of ${clock(q.taken_at)}: ${q.queued} queued, ${q.running} running; ` +
       `a worker is silent after ${q.lease_seconds} s without a beat.`;
     setCounts(q.queued + q.running, q.queued);
-    fill(backlog.body, q.queued_by_capability.map(backlogRow), 6, "Nothing waits.");
+    fill(backlog.body, q.queued_by_capability.map(backlogRow), 7, "Nothing waits.");
     const byWorker = new Map();
     for (const r of q.running_executions) {
       const w = r.worker || "(no worker)";

@@ -74,7 +74,7 @@ if token ~= '' and not want_diag and not want_steps then  -- a worker's batch, m
   at_token = 3
   if want_end then
     cur = redis.call('HMGET', snap, 'state', 'last_seq', 'append_token', 'capability',
-      'conc_limit', 'worker', 'started_ms', 'key_limit', 'conc_key')
+      'conc_limit', 'worker', 'started_ms', 'flow')
     at_end = 4
   else
     cur = redis.call('HMGET', snap, 'state', 'last_seq', 'append_token')
@@ -84,8 +84,8 @@ else
   if token ~= '' then ask[#ask + 1] = 'append_token'; at_token = #ask end
   if want_end then
     ask[#ask + 1] = 'capability'; ask[#ask + 1] = 'conc_limit'; ask[#ask + 1] = 'worker'
-    ask[#ask + 1] = 'started_ms'; ask[#ask + 1] = 'key_limit'; ask[#ask + 1] = 'conc_key'
-    at_end = #ask - 5
+    ask[#ask + 1] = 'started_ms'; ask[#ask + 1] = 'flow'
+    at_end = #ask - 4
   end
   if want_diag then ask[#ask + 1] = 'diag_count'; at_diag = #ask end
   if want_steps then ask[#ask + 1] = 'steps_dropped'; at_steps = #ask end
@@ -108,11 +108,11 @@ end
 local seq = tonumber(cur[2])
 local diags, diag_count = nil, at_diag > 0 and tonumber(cur[at_diag] or '0') or 0
 local capability, conc_limit, owner, started_ms = nil, 0, nil, nil
-local key_limit, conc_key = nil, nil  -- its capability's limit per key, and its key
+local flow = nil  -- whether it has flow control (a limit per key: `majordomus.flow`)
 if at_end > 0 then
   capability, owner, started_ms = cur[at_end], cur[at_end + 2], cur[at_end + 3]
   conc_limit = cur[at_end + 1] and tonumber(cur[at_end + 1]) or 0
-  key_limit, conc_key = cur[at_end + 4], cur[at_end + 5]
+  flow = cur[at_end + 4]
 end
 local steps_dropped = at_steps > 0 and tonumber(cur[at_steps] or '0') or 0
 local steps_max = STEPS_MAX
@@ -226,6 +226,11 @@ for i = 1, n do
             redis.call('LTRIM', WAKEUP, 0, 15)
           end
         end
+      end
+      local key_limit, conc_key = nil, nil
+      if flow then
+        local kl = redis.call('HMGET', snap, 'key_limit', 'conc_key')
+        key_limit, conc_key = kl[1], kl[2]
       end
       if key_limit then
         -- Its key's slot freed (or its place in the key's waiting list left), and the

@@ -20,8 +20,8 @@
 --       RETAIN_MS (the worker-only input's and the idempotency key's time to live), WAKE
 --       (the wake channel), SEARCHED (the search indexes of each execution).
 -- KEYS: snapshot, events, secret input; then, with the options that name them, the
---       idempotency key, the retried attempt's snapshot and the search indexes (keys of
---       the partition's slot, as a Redis Cluster requires)
+--       idempotency key, the retried attempt's snapshot, the window of its key (collapse)
+--       and the search indexes (keys of the partition's slot, as a Redis Cluster requires)
 -- ARGV: id, timestamp, now_ms, capability, title, input JSON (redacted), cancellable,
 --       actor, secret JSON or '', created data JSON, priority, its head start ms,
 --       attempts before, the call's token (`next_token`: the same call sent again is
@@ -36,19 +36,31 @@
 --       list kept in SEARCHED for `prune`: the keys after the others, each added to). A plain start has
 --       none: every argument costs Redis about as much as a small command, as it is read,
 --       then made a Lua value.
+-- A rate limit's interval and tolerance (rate_t, rate_tau) and bucket key (rate_key) are
+-- kept for the take, which checks the limit (`majordomus.flow.RateLimit`).
 -- A start of a capability limited per key (key_limit and conc_key: `majordomus.flow`) due
 -- now is admitted into the queue only while its key has a slot free (it holds one from
 -- here) and none of the key's waits; else it waits in the key's own list (`key_admit`).
--- Answers {ahead}, or {-2, held id, its fingerprint} for a held idempotency key.
+-- A start of a capability declaring `collapse` (collapse: 'throttle' or 'debounce', and
+-- window_ms: `majordomus.flow`) whose key's window is open is collapsed into the window's
+-- execution instead (after the idempotency key's check: a held key answers first), which
+-- counts it in `collapsed`; a debounced one waiting for the due time its window set is given
+-- this start's input (and search indexes) and pushed to this start's due time. Else it
+-- opens the window: a throttle's the window long, a debounce's while its execution waits.
+-- Answers {ahead}, or {-2, held id, its fingerprint} for a held idempotency key, or {-3,
+-- carrying id, its collapsed count, its due_at when its input was replaced or ''}.
 --@ENVELOPE@
 --@KEYSLOTS@
 local snap, stream = KEYS[1], KEYS[2]
--- The options a start has (most have none), and the keys that come with two of them.
+-- The options a start has (most have none), and the keys that come with three of them.
 local opt = {}
 for i = 16, #ARGV, 2 do opt[ARGV[i]] = ARGV[i + 1] end
 local idem_key, retried_key = nil, nil
 if opt.idempotency then idem_key = KEYS[4] end
 if opt.retried then retried_key = KEYS[idem_key and 5 or 4] end
+local first_index = 4 + (idem_key and 1 or 0) + (retried_key and 1 or 0)
+local collapse_key = nil
+if opt.collapse then collapse_key = KEYS[first_index]; first_index = first_index + 1 end
 local id, ts = ARGV[1], ARGV[2]
 local was = redis.call('HMGET', snap, 'created_by', 'ahead')
 if was[2] then
@@ -64,6 +76,59 @@ if idem_key then
     if hid and redis.call('EXISTS', BASE .. SNAPSHOT_AT .. hid) == 1 then
       return {-2, hid, hfp}
     end
+  end
+end
+if collapse_key then
+  local window = redis.call('GET', collapse_key)
+  local cid, cdue = nil, nil
+  if window then cid, cdue = string.match(window, '^(%S+) (%S*)$') end
+  local csnap = cid and BASE .. SNAPSHOT_AT .. cid
+  local carried, due_at = false, ''
+  if csnap and opt.collapse == 'throttle' then
+    carried = redis.call('EXISTS', csnap) == 1
+  elseif csnap and opt.due_ms and redis.call('ZSCORE', DELAYED, cid) == cdue then
+    -- Still waiting for the due time its window set (not come due, nor moved since): it
+    -- takes this start's input, and waits until this start's due time.
+    local c = redis.call('TIME')
+    local cnow = tonumber(c[1]) * 1000 + math.floor(tonumber(c[2]) / 1000)
+    carried = tonumber(cdue) > cnow
+  end
+  if carried and opt.collapse == 'debounce' then
+    local due, keep_ms = cdue, tonumber(opt.window_ms)
+    if tonumber(opt.due_ms) > tonumber(cdue) then
+      due = opt.due_ms
+      redis.call('HSET', csnap, 'input', ARGV[6], 'due_ms', due, 'due_at', opt.due_at)
+      redis.call('ZADD', DELAYED, due, cid)
+      redis.call('ZADD', QUEUED, due, cid)
+      keep_ms = keep_ms + tonumber(due) - tonumber(ARGV[3])
+      redis.call('SET', collapse_key, cid .. ' ' .. due, 'PX', string.format('%d', keep_ms))
+      due_at = opt.due_at
+    else  -- a start whose clock runs behind the window's: its input, not its due time
+      redis.call('HSET', csnap, 'input', ARGV[6])
+      due_at = redis.call('HGET', csnap, 'due_at')
+    end
+    local input_key = csnap .. INPUT_AT
+    local keep = string.format('%d', tonumber(RETAIN_MS) + tonumber(due) - tonumber(ARGV[3]))
+    if ARGV[9] ~= '' then redis.call('SET', input_key, ARGV[9], 'PX', keep)
+    else redis.call('DEL', input_key) end
+    -- Its search indexes are its new input's.
+    local indexed = redis.call('HGET', SEARCHED, cid)
+    for _, index in ipairs(indexed and cjson.decode(indexed) or {}) do
+      redis.call('ZREM', index, cid)
+    end
+    if opt.indexed then
+      local order = redis.call('HGET', csnap, 'order')
+      for i = first_index, #KEYS do redis.call('ZADD', KEYS[i], order, cid) end
+      redis.call('HSET', SEARCHED, cid, opt.indexed)
+    elseif indexed then
+      redis.call('HDEL', SEARCHED, cid)
+    end
+  end
+  if carried then
+    if idem_key then
+      redis.call('SET', idem_key, cid .. ' ' .. opt.fingerprint, 'PX', RETAIN_MS)
+    end
+    return {-3, cid, redis.call('HINCRBY', csnap, 'collapsed', 1), due_at}
   end
 end
 -- Due now unless a due time is given (the caller gives one only when it is later). Text
@@ -165,7 +230,10 @@ local function field(name, value)
 end
 if opt.episode then field('episode', opt.episode) end
 if opt.conc_limit then field('conc_limit', opt.conc_limit) end
+if opt.key_limit or opt.rate_t then field('flow', '1') end  -- the take reads the rest then
 if opt.key_limit then field('key_limit', opt.key_limit); field('conc_key', opt.conc_key) end
+if opt.rate_t then field('rate_t', opt.rate_t); field('rate_tau', opt.rate_tau) end
+if opt.rate_key then field('rate_key', opt.rate_key) end
 if not ready then field('due_ms', opt.due_ms); field('due_at', opt.due_at) end
 if opt.schedule then field('schedule', opt.schedule) end
 if opt.timeout_ms then field('timeout_ms', opt.timeout_ms) end
@@ -183,8 +251,7 @@ redis.call('XADD', FEED, 'MAXLEN', '~', FEED_MAX, '*', 'x', id, 's', 2, 'e', e2)
 redis.call('ZADD', ALL, order, id)
 if opt.indexed then
   -- The search indexes (of this partition's slot), scored as idx:all is.
-  local first = 4 + (idem_key and 1 or 0) + (retried_key and 1 or 0)
-  for i = first, #KEYS do redis.call('ZADD', KEYS[i], order, id) end
+  for i = first_index, #KEYS do redis.call('ZADD', KEYS[i], order, id) end
   redis.call('HSET', SEARCHED, id, opt.indexed)
 end
 -- idx:queued is scored by when it is due, so a wait is counted from then.
@@ -210,6 +277,17 @@ end
 -- them all.
 if admitted and redis.call('LPUSH', WAKEUP, id) > 32 then redis.call('LTRIM', WAKEUP, 0, 15) end
 if idem_key then redis.call('SET', idem_key, id .. ' ' .. opt.fingerprint, 'PX', keep) end
+if collapse_key then
+  -- Its key's window: "<id> <due ms>" (a debounced one's due time, by which a later start
+  -- knows it has not come due since), kept a throttle's window from now, or a debounced
+  -- one's past its due time.
+  local window_ms = tonumber(opt.window_ms)
+  if opt.collapse == 'debounce' and not ready then
+    window_ms = window_ms + (at - tonumber(ARGV[3]))
+  end
+  redis.call('SET', collapse_key, id .. ' ' .. (opt.due_ms or ''), 'PX',
+    string.format('%d', window_ms))
+end
 if retried_key and redis.call('EXISTS', retried_key) == 1 then
   redis.call('HSET', retried_key, 'retried_as', id)
 end

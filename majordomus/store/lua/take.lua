@@ -76,6 +76,36 @@ end
 -- stamped when it runs (it is sent with no timestamp).
 if ts == '' then ts = stamp(now) end
 
+-- A rate limit's bucket (`majordomus.flow.RateLimit`) holds the time (epoch ms) its next
+-- start is due at the limit's pace; once that is past, the bucket is full, as if absent.
+local function rate_keep(bucket, next_at)
+  redis.call('SET', bucket, string.format('%.3f', next_at), 'PX',
+    string.format('%d', math.ceil(next_at - now) + 1))
+end
+
+-- An execution over its rate limit, given its turn at `due`: kept in the snapshot (it takes
+-- no other turn then), said by its `due_at` and by an `execution.diagnostic`.
+local function rate_held(id, snap, cur, due)
+  local seq = tonumber(cur[5]) + 1
+  local sq = string.format('%d', seq)
+  local due_s, at = string.format('%d', due), stamp(due)
+  local d = '{"severity":"info","code":"rate_limit.held","summary":"held by its ' ..
+    'capability\'s rate limit: its turn comes at ' .. at .. '"}'
+  local env = envelope(id, sq, ts, 'execution.diagnostic', d)
+  redis.call('XADD', snap .. EVENTS_AT, sq .. '-0', 'e', env)
+  redis.call('XADD', FEED, 'MAXLEN', '~', FEED_MAX, '*', 'x', id, 's', sq, 'e', env)
+  local had = redis.call('HMGET', snap, 'diag_count', 'diagnostics')
+  local n = tonumber(had[1] or '0') or 0
+  local fields = {'last_seq', sq, 'rate_due', due_s, 'due_ms', due_s, 'due_at', at}
+  if n < 200 then  -- the snapshot keeps the first 200, as append.lua does
+    local list = '[' .. d .. ']'
+    if n > 0 and had[2] then list = string.sub(had[2], 1, -2) .. ',' .. d .. ']' end
+    fields[#fields + 1] = 'diagnostics'; fields[#fields + 1] = list
+    fields[#fields + 1] = 'diag_count'; fields[#fields + 1] = string.format('%d', n + 1)
+  end
+  redis.call('HSET', snap, unpack(fields))
+end
+
 local function next_due()
   if redis.call('ZCARD', QUEUE) > 0 then return now end
   local head = redis.call('ZRANGE', DELAYED, 0, 0, 'WITHSCORES')
@@ -151,7 +181,7 @@ local tied = false
 for j = 1, #cid do
   csnap[j] = BASE .. SNAPSHOT_AT .. cid[j]
   ccur[j] = redis.call('HMGET', csnap[j], 'state', 'capability', 'conc_limit', 'order',
-    'last_seq', 'attempt', 'timeout_ms', 'key_limit', 'conc_key')
+    'last_seq', 'attempt', 'timeout_ms', 'flow')
   if j > 1 and cscore[j] == cscore[j - 1] then tied = true end
 end
 -- The queue gives them by score, and entries of one score by id: only a tie is put in
@@ -179,10 +209,36 @@ for j = 1, #cid do
   local id, snap, cur = cid[j], csnap[j], ccur[j]
   looked = j
   local go = cur[1] == 'queued'
-  -- Its key's limit first (`majordomus.flow`): over it, it waits in the key's list by its
-  -- place; within it, it holds (or keeps) a slot of its key, then meets its capability's.
-  if go and cur[8] then
-    go = key_admit(BASE, cur[2], cur[9], tonumber(cur[8]), id, now, cscore[j])
+  -- Its flow control (`majordomus.flow`), read only for an execution that has some.
+  local fl = go and cur[8] and redis.call('HMGET', snap, 'key_limit', 'conc_key', 'rate_t',
+    'rate_tau', 'rate_key', 'rate_due')
+  -- Its rate limit first: over it, it is given its turn at once and waits for it as a
+  -- delayed start does (`rate_held`); within it, the turn is taken below if it starts.
+  local rate_bucket, rate_next = nil, nil
+  if fl and fl[3] then
+    local due = fl[6] and tonumber(fl[6])
+    if not due then
+      rate_bucket = BASE .. RATE_AT .. cur[2]
+      if fl[5] then rate_bucket = rate_bucket .. KEYED_AT .. fl[5] end
+      local tat = math.max(tonumber(redis.call('GET', rate_bucket) or '0') or 0, now)
+      if tat - now > tonumber(fl[4]) then
+        due = math.ceil(tat - tonumber(fl[4]))
+        rate_keep(rate_bucket, tat + tonumber(fl[3]))
+        rate_held(id, snap, cur, due)
+        rate_bucket = nil
+      else
+        rate_next = tat + tonumber(fl[3])
+      end
+    end
+    if due and due > now then
+      redis.call('ZADD', DELAYED, string.format('%d', due), id)
+      go = false
+    end
+  end
+  -- Then its key's limit: over it, it waits in the key's list by its place; within it, it
+  -- holds (or keeps) a slot of its key, then meets its capability's.
+  if go and fl and fl[1] then
+    go = key_admit(BASE, cur[2], fl[2], tonumber(fl[1]), id, now, cscore[j])
   end
   if go and cur[3] then
     local limit = tonumber(cur[3]) or 0
@@ -197,6 +253,8 @@ for j = 1, #cid do
       end
     end
   end
+  if go and rate_next then rate_keep(rate_bucket, rate_next) end
+  if go and fl and fl[6] then redis.call('HDEL', snap, 'rate_due') end
   if go then
     local seq = tonumber(cur[5]) + 1
     local sq = string.format('%d', seq)
