@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
-from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.cluster import ClusterNode, NodesManager, RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection
 from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError, MaxConnectionsError, RedisClusterException
@@ -26,7 +26,8 @@ from majordomus.store.cluster import is_cluster, pubsub_of
 from majordomus.store.connect import api_client, check_reachable, connect
 from majordomus.store.connection import STURDY
 from majordomus.store.failures import UNREACHABLE
-from majordomus.store.policy import SOCKET_TIMEOUT_SECONDS
+from majordomus.store.policy import SOCKET_TIMEOUT_SECONDS, blocking_reads
+from majordomus.store.redis_internals import ask_layout_again
 from majordomus.store.signals import Signal, SignalStore
 from tests.cluster.conftest import LocalCluster
 from tests.conftest import LIVENESS_SECONDS, make_settings, until
@@ -382,6 +383,42 @@ async def test_a_cancel_that_lands_as_a_node_fails_is_not_lost(
         monkeypatch.undo()
         assert [await client.get(f"{tag}:n") for tag in tags] == [None, None, None]
         assert await client.incr(f"{tags[0]}:n") == 1  # the client still serves
+    finally:
+        await client.aclose()
+
+
+async def test_a_new_layout_breaks_no_command_in_flight_to_the_other_masters(
+    cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node that failed a command has the client ask the layout again (here told to
+    directly). redis-py made new nodes then and closed the old ones, breaking every command
+    in flight to every master, each of which asked yet another layout: with one master
+    stalled, a storm in which no partition was served (the stalled shard test's failure
+    in CI). The nodes are kept: a blocking read in flight on another master goes on, and
+    one layout is asked, not two."""
+    client = api_client(cluster.url, max_connections=8, name="md-api")
+    read_on, asked_on = cluster.ports[1], cluster.ports[0]
+    stream = f"{tag_on(cluster, read_on)}:feed"
+    layouts = 0
+    ask = NodesManager.initialize
+
+    async def counted(self: NodesManager) -> None:
+        nonlocal layouts
+        layouts += 1
+        await ask(self)
+
+    try:
+        assert await client.ping()
+        node = client.get_node_from_key(stream)
+        monkeypatch.setattr(NodesManager, "initialize", counted)
+        with blocking_reads(1500):
+            reading = asyncio.create_task(client.xread({stream: "$"}, block=1500))
+            await asyncio.sleep(0.2)  # the read waits on its master
+            ask_layout_again(client)
+            await client.get(f"{tag_on(cluster, asked_on)}:k")  # asks the layout first
+            assert await reading == []  # answered as it was (nothing came)
+        assert layouts == 1
+        assert client.get_node_from_key(stream) is node  # kept, connections and all
     finally:
         await client.aclose()
 
