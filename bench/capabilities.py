@@ -9,7 +9,8 @@ measured on the worker's side as the peers' jobs measure it (`bench.peers`);
 console's update latency, `bench.console`); `bench.noop_secret` is a no-op whose input holds
 a `Secret` (a worker-only input, sealed with `MAJORDOMUS_ENCRYPTION_KEYS`: `bench.sealing`);
 `bench.per_tenant` runs at most two of a tenant at once and `bench.any_tenant` is the same
-without that limit (`bench.flow`).
+without that limit; `bench.rated`, `bench.throttled` and `bench.debounced` carry the other
+controls (`bench.flow`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Annotated
 
 import msgspec
 
-from majordomus import PerKey, Secret
+from majordomus import Debounce, PerKey, RateLimit, Secret, Throttle
 from majordomus.context import Context
 from majordomus.registry import capability
 
@@ -182,4 +183,40 @@ async def per_tenant(ctx: Context, value: TenantInput) -> Done:
 async def any_tenant(ctx: Context, value: TenantInput) -> Done:
     if value.seconds:
         await asyncio.sleep(value.seconds)
+    return Done()
+
+
+@capability(
+    "bench.rated",
+    input=TenantInput,
+    output=Done,
+    title="Rate-limited, never reached",
+    description="A rate limit of a million a second: what checking a limit costs (`bench.flow`).",
+    rate_limit=RateLimit(1_000_000),
+)
+async def rated(ctx: Context, value: TenantInput) -> Done:
+    return Done()
+
+
+@capability(
+    "bench.throttled",
+    input=TenantInput,
+    output=Done,
+    title="Throttled per tenant",
+    description="One execution a minute per tenant: what a throttle costs (`bench.flow`).",
+    collapse=Throttle("tenant", 60),
+)
+async def throttled(ctx: Context, value: TenantInput) -> Done:
+    return Done()
+
+
+@capability(
+    "bench.debounced",
+    input=TenantInput,
+    output=Done,
+    title="Debounced per tenant",
+    description="Runs once a tenant is quiet for 1 ms: what a debounce costs (`bench.flow`).",
+    collapse=Debounce("tenant", 0.001),
+)
+async def debounced(ctx: Context, value: TenantInput) -> Done:
     return Done()

@@ -121,8 +121,9 @@ class RateLimit:
     value of the input member `key` (`majordomus.flow`).
 
     A generic cell rate algorithm (a token bucket kept as the time its next token is due),
-    kept in Redis, timed by Redis's clock and checked in the take: in any span of `s` ms at
-    most `burst + s * limit / per_ms` of them start. An execution over the limit is given its
+    kept in Redis, timed by Redis's clock and checked in the take: none starts before its
+    turn, so in any span of `s` ms at most `burst + (s + 1) * limit / per_ms` of them start
+    (the clock is read in whole ms: a millisecond's worth may start within one). An execution over the limit is given its
     turn at once (the bucket's time moves on for it) and waits for it as a delayed start
     does (no slot held, no polling), its `due_at` saying until when, an `execution.diagnostic`
     (`rate_limit.held`) saying why."""

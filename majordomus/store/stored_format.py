@@ -81,9 +81,9 @@ class StoreFields(msgspec.Struct, kw_only=True):
     """Its priority's head start (ms) in the ready queue."""
     conc_limit: int | None = None
     """Its capability's `max_concurrency`, when it has one."""
-    flow: int | None = None
-    """1 when it has flow control (a limit per key, a rate limit): the take reads the
-    fields below only then."""
+    flow: str | None = None
+    """Its flow control, when it has some: `k` a limit per key, `r` a rate limit (both:
+    `kr`); the take and the end read the fields below only then."""
     key_limit: int | None = None
     """Its capability's limit per key (`majordomus.flow`), when it declares one."""
     conc_key: str | None = None

@@ -108,7 +108,7 @@ end
 local seq = tonumber(cur[2])
 local diags, diag_count = nil, at_diag > 0 and tonumber(cur[at_diag] or '0') or 0
 local capability, conc_limit, owner, started_ms = nil, 0, nil, nil
-local flow = nil  -- whether it has flow control (a limit per key: `majordomus.flow`)
+local flow = nil  -- its flow control's mark (`k`: a limit per key; create.lua)
 if at_end > 0 then
   capability, owner, started_ms = cur[at_end], cur[at_end + 2], cur[at_end + 3]
   conc_limit = cur[at_end + 1] and tonumber(cur[at_end + 1]) or 0
@@ -228,7 +228,7 @@ for i = 1, n do
         end
       end
       local key_limit, conc_key = nil, nil
-      if flow then
+      if flow and string.find(flow, 'k', 1, true) then
         local kl = redis.call('HMGET', snap, 'key_limit', 'conc_key')
         key_limit, conc_key = kl[1], kl[2]
       end

@@ -230,7 +230,11 @@ local function field(name, value)
 end
 if opt.episode then field('episode', opt.episode) end
 if opt.conc_limit then field('conc_limit', opt.conc_limit) end
-if opt.key_limit or opt.rate_t then field('flow', '1') end  -- the take reads the rest then
+-- Its flow control, marked for the take and the end (which read the rest only then): `k`
+-- a limit per key, `r` a rate limit.
+if opt.key_limit or opt.rate_t then
+  field('flow', (opt.key_limit and 'k' or '') .. (opt.rate_t and 'r' or ''))
+end
 if opt.key_limit then field('key_limit', opt.key_limit); field('conc_key', opt.conc_key) end
 if opt.rate_t then field('rate_t', opt.rate_t); field('rate_tau', opt.rate_tau) end
 if opt.rate_key then field('rate_key', opt.rate_key) end

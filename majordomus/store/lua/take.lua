@@ -221,7 +221,10 @@ for j = 1, #cid do
       rate_bucket = BASE .. RATE_AT .. cur[2]
       if fl[5] then rate_bucket = rate_bucket .. KEYED_AT .. fl[5] end
       local tat = math.max(tonumber(redis.call('GET', rate_bucket) or '0') or 0, now)
-      if tat - now > tonumber(fl[4]) then
+      -- Over the limit when its turn is a whole millisecond or more ahead (less the burst's
+      -- tolerance): Redis's clock is read in ms, so a millisecond's worth of starts (one
+      -- every interval) may start within one, as a limit faster than 1,000/s needs.
+      if tat - now >= tonumber(fl[4]) + 1 then
         due = math.ceil(tat - tonumber(fl[4]))
         rate_keep(rate_bucket, tat + tonumber(fl[3]))
         rate_held(id, snap, cur, due)
