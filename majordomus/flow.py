@@ -15,14 +15,15 @@ one holds its slot, so a burst of 10,000 admits N); the others wait in the key's
 waiting list, out of the queue: they hold no worker slot and cost no Redis traffic while
 they wait. The terminal event of one of the key's executions moves the key's next waiting
 one (its oldest, by its place in line: priority, then creation) to the back of the queue.
-The queue thus holds at most N of any key, so between keys the slots go round-robin: one
-execution of a quiet key waits behind at most N of each busy key, never behind their
-backlogs. The take checks the key's slots again (a queued one whose slot lapsed meanwhile,
+The queue thus holds N of any key (one whose slot's lease ran out while it waited, a
+lease being `lease_seconds`, lets its key admit one more), so between keys the slots go
+round-robin: one execution of a quiet key waits behind about N of each busy key, never
+behind their backlogs. The take checks the key's slots again (a queued one whose slot lapsed meanwhile,
 a delayed one come due), and holds back what is over the limit in the same way.
 
 **With the capability-wide `max_concurrency`**, both hold: the key admits first, then the
-capability's limit runs what was admitted, oldest first; its waiting list holds at most N
-of any key, so it is fair between keys too. **With priorities**, a key's waiting ones leave
+capability's limit runs what was admitted, oldest first; its waiting list holds N of any
+key (as long as each waits less than a lease), so it is fair between keys too. **With priorities**, a key's waiting ones leave
 it by their place in line (a `high` one before a `normal` one of the same key); between
 keys the queue's order rules as always.
 
