@@ -23,6 +23,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.process]
 
 SLEEPY = "tests.sleepy"
 SERIAL = "tests.serial"
+PER_TENANT = "tests.per_tenant_capped"
 BOUND = LEASE_SECONDS + SWEEP_MARGIN
 
 
@@ -157,6 +158,49 @@ async def test_a_killed_slot_holder_frees_its_slot_and_the_waiting_run_in_order(
     note(
         f"slot holder killed, 5 waiting: holder final {freed - killed_at:.2f}s after the kill; "
         f"first waiting one started {started[0] - freed:.3f}s after the slot was freed"
+    )
+
+
+async def test_a_killed_key_slot_holder_frees_its_key_and_the_keys_waiting_run_in_order(
+    scenario: Scenario,
+) -> None:
+    """A limit of one per key and three in all (`per_key`, `max_concurrency`): the worker of
+    tenant a's running execution is killed with four of a's waiting in their key's list. The
+    holder fails `unavailable` in time, that failure frees its key's slot and its capability's,
+    and a's four run one after another, oldest first, each once; tenant b ran meanwhile."""
+    scenario.worker(max_jobs=10)
+    scenario.worker(max_jobs=10)
+    await scenario.ready()
+    [holder] = await scenario.start(1, PER_TENANT, tenant="a", seconds=60)
+    await scenario.wait_states([holder], {"running"}, 20, "tenant a's holder running")
+    waiting: list[str] = []
+    for _ in range(4):  # one at a time: their creation order is the order they must run in
+        waiting += await scenario.start(1, PER_TENANT, tenant="a", seconds=0.2)
+    others = await scenario.start(2, PER_TENANT, tenant="b", seconds=0.1)
+    await scenario.wait_final(others, 20, "tenant b's, beside a's holder")
+    assert set((await scenario.states(waiting)).values()) == {"queued"}
+    owner = str((await scenario.engine.get(holder)).worker)
+    pids = {wid: pid for pid, wid in (await scenario.worker_ids()).items()}
+    victim = next(c for c in scenario.workers if c.pid == pids[owner])
+
+    killed_at = time.time()
+    victim.kill()
+    await assert_lost_in_time(scenario, [holder], killed_at, "key slot holder killed")
+    await scenario.wait_final(waiting, 20, "tenant a's executions waiting for its slot")
+    verdict = await scenario.check([holder, *waiting, *others], failure_codes={"unavailable"})
+    snaps = [verdict.snapshots[i] for i in waiting]
+    assert {s.state for s in snaps} == {"succeeded"}
+    started = [stamp_seconds(str(s.started_at)) for s in snaps]
+    finished = [stamp_seconds(str(s.finished_at)) for s in snaps]
+    assert started == sorted(started), "the key's oldest waiting execution did not run first"
+    # One of a key at once (the workers' stamps: a few ms of slack, `STAMP_SLACK_MS`).
+    assert all(b >= a - 0.01 for a, b in zip(finished, started[1:], strict=False)), (
+        "two of one key ran at once under per_key 1"
+    )
+    freed = stamp_seconds(str(verdict.snapshots[holder].finished_at))
+    note(
+        f"key slot holder killed, 4 of its key waiting: holder final {freed - killed_at:.2f}s "
+        f"after the kill; the key's first waiting one started {started[0] - freed:.3f}s after"
     )
 
 
