@@ -37,7 +37,7 @@ def test_a_delayed_prioritised_start_shows_its_due_time_and_the_queue_counts_it_
         page.goto(console.url + "/queue")
         row = page.wait_for_selector('#q-backlog tr[data-capability="tests.noop"]')
         cells = [c.text_content() for c in row.query_selector_all("td")]
-        assert cells[1] == "0" and cells[4] == "1", cells  # none due yet, one delayed
-        assert cells[5] and cells[5] != "", cells
+        assert cells[1] == "0" and cells[5] == "1", cells  # none due yet, one delayed
+        assert cells[6] and cells[6] != "", cells  # when it is due
     finally:
         http.post("/api/v1/executions/cancel", json={"id": x["id"]})

@@ -154,8 +154,9 @@ def test_an_oldest_wait_ticks_only_for_a_wait_the_report_showed(
         page.wait_for_selector(row)
         cells = lambda: page.eval_on_selector_all(f"{row} td", "cs => cs.map(c => c.textContent)")  # noqa: E731
         first = cells()
-        assert first[1] == "0" and first[2] == "—" and first[4] == "1", first
+        # Waiting 0, held by nothing, no oldest wait, 1 delayed.
+        assert first[1] == "0" and first[2] == "—" and first[3] == "—" and first[5] == "1", first
         time.sleep(2.5)  # two ticks of the page's second
-        assert cells()[2] == "—"
+        assert cells()[3] == "—"
     finally:
         http.post("/api/v1/executions/cancel", json={"id": later["id"]})
