@@ -146,7 +146,7 @@ class RateLimit:
 
     def key_of(self, plain: Any) -> str | None:
         """The bucket's key of an input (None: one bucket for all)."""
-        return None if self.key is None else PerKey(self.key, 1).key_of(plain)
+        return None if self.key is None else key_of(self.key, plain)
 
     def view(self) -> dict[str, Any]:
         return {"limit": self.limit, "per": self.per, "key": self.key, "burst": self.burst}
@@ -172,10 +172,7 @@ def check_rate_limit(
             f"rate_limit per {rate.per!r} of {cap_id!r} must be one of {', '.join(PERIOD_MS)}"
         )
     if rate.key is not None:
-        try:
-            check_searchable(cap_id, input_type, (rate.key,))
-        except SearchableError as exc:
-            raise FlowError(str(exc).replace("searchable", "rate_limit key", 1)) from exc
+        _check_member(cap_id, input_type, rate.key, "rate_limit key")
         if per_key is not None and per_key.member != rate.key:
             raise FlowError(
                 f"rate_limit key {rate.key!r} and per_key member {per_key.member!r} of {cap_id!r} "
