@@ -83,44 +83,40 @@ feed_key = stream_key
 """A stream id as it orders (`1701234567890` is `1701234567890-0`)."""
 
 
-class FeedEntry:
+class FeedEntry(msgspec.Struct, gc=False):
     """One feed entry as the hub hands it to every listener: its envelope parsed once, and
-    its SSE message formatted once (per channel kind) however many listeners send it."""
+    its SSE message formatted once (per channel kind) however many listeners send it.
 
-    __slots__ = (
-        "feed_id", "partition", "stream_id", "key", "previous", "execution_id", "sequence",
-        "envelope", "type", "ordinal", "_scoped", "_feed",
-    )  # fmt: skip
+    Not tracked by the garbage collector (`gc=False`: it holds strings, bytes, numbers and
+    a tuple of two numbers, so it can be in no cycle). The backlog keeps thousands of them
+    for seconds, so most outlive the young generations: tracked, they made the collector's
+    full passes come every few seconds and walk every one of them, pauses of tens of
+    milliseconds in whatever request was in flight."""
 
-    def __init__(
-        self,
-        feed_id: str,
-        execution_id: str,
-        sequence: int,
-        envelope: bytes,
-        partition: int = 0,
-        stream_id: str | None = None,
-        previous: str | None = None,
-    ) -> None:
-        self.feed_id = feed_id
-        """The feed cursor to resume after it: its id on the unscoped channel (with one
-        partition, its stream id)."""
-        self.partition = partition
-        self.stream_id = stream_id = stream_id or feed_id
-        """Its id in its partition's feed."""
+    feed_id: str
+    """The feed cursor to resume after it: its id on the unscoped channel (with one
+    partition, its stream id)."""
+    execution_id: str
+    sequence: int
+    envelope: bytes
+    partition: int = 0
+    stream_id: str = ""
+    """Its id in its partition's feed (its `feed_id` when not given)."""
+    previous: str | None = None
+    """The cursor before it (the one it was read after, or the previous entry's): a
+    channel at that cursor moves to `feed_id` by sending it."""
+    key: tuple[int, int] = (0, 0)
+    """Its stream id as it orders (`feed_key`), computed once for every unscoped channel."""
+    type: str = ""
+    ordinal: int = 0
+    """Its place among the entries of its partition the hub dispatched (`Backlog`)."""
+    _scoped: bytes | None = None
+    _feed: bytes | None = None
+
+    def __post_init__(self) -> None:
+        stream_id = self.stream_id = self.stream_id or self.feed_id
         self.key = feed_key(stream_id)
-        """Its stream id as it orders (`feed_key`), computed once for every unscoped channel."""
-        self.previous = previous
-        """The cursor before it (the one it was read after, or the previous entry's): a
-        channel at that cursor moves to `feed_id` by sending it."""
-        self.execution_id = execution_id
-        self.sequence = sequence
-        self.envelope = envelope
-        self.type = head_of(envelope).type
-        self.ordinal = 0
-        """Its place among the entries of its partition the hub dispatched (`Backlog`)."""
-        self._scoped: bytes | None = None
-        self._feed: bytes | None = None
+        self.type = head_of(self.envelope).type
 
     @property
     def terminal(self) -> bool:
