@@ -280,7 +280,7 @@ def listen(args: argparse.Namespace) -> None:
     spread over the pause. The process is the benchmark's instrument, on the same two cores
     as what it measures: a listener that cost an asyncio task, a future per read and a timer
     per pause took a tenth of a core for 500 of them, taken from the API, the workers and
-    Redis; this takes a fiftieth.
+    Redis; this takes a twentieth.
     """
     raise_fd_limit(args.count + 64)
     stop = False
