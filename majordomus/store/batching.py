@@ -31,7 +31,7 @@ from typing import Any
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from majordomus.store.cluster import is_cluster
+from majordomus.store.cluster import is_cluster, load_script
 
 Call = tuple[list[Any], list[Any], "asyncio.Future[Any]"]
 
@@ -102,7 +102,9 @@ class BatchedScript:
         answers = await self._send_all(batch)
         missing = [i for i, answer in enumerate(answers) if isinstance(answer, NoScriptError)]
         if missing:  # Redis lost its scripts: those calls ran nothing; load, send them again
-            self.script.sha = await self.redis.script_load(self.script.script)
+            self.script.sha = await load_script(
+                self.redis, self.script.script, [batch[i][0][0] for i in missing if batch[i][0]]
+            )
             again = await self._send_all([batch[i] for i in missing])
             for i, answer in zip(missing, again, strict=True):
                 answers[i] = answer

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Collection, Generator
 from contextvars import ContextVar
 from typing import Any, cast
 
@@ -407,23 +407,63 @@ class _SturdyClusterPipeline(ClusterPipeline):
             except NoScriptError:
                 if not self.scripts:
                     raise
-            # A shard without the scripts (new, restarted, flushed): load them everywhere,
-            # then send what did not run (redis-py sends only the commands without a result).
+            # A shard without the scripts (new, restarted, flushed): load them on the shards
+            # this pipeline sends them to, then send what did not run (redis-py sends only
+            # the commands without a result).
             for script in self.scripts:
-                script.sha = await client.script_load(script.script)
+                script.sha = await load_script(client, script.script, _script_keys(stack))
             queue_again(self, stack)
             return await ClusterPipeline.execute(self, raise_on_error, allow_redirections)
 
         return await client._serve(send)
 
 
+def _script_keys(stack: list[Any]) -> list[Any]:
+    """The first key of each script queued in a pipeline (`queued_commands`): the shards
+    they run on."""
+    keys = []
+    for command in stack:
+        args = command.args
+        if len(args) > 3 and str(args[0]).upper() == "EVALSHA" and int(args[2]):
+            keys.append(args[3])
+    return keys
+
+
+async def load_script(client: Any, script: Any, keys: Collection[Any] = ()) -> str:
+    """Load `script` where it is about to run, its sha returned: on one Redis, there; on a
+    cluster, on the masters that serve `keys` (every master when none is given, or the
+    layout is not known). redis-py's SCRIPT LOAD goes to every master: with one stalled, a
+    script run on a healthy one that had lost it (new, restarted, flushed) waited for the
+    stalled one and failed with it."""
+    if not is_cluster(client) or not keys:
+        return cast(str, await client.script_load(script))
+    try:
+        nodes = {}
+        for key in keys:
+            node = client.nodes_manager.get_node_from_slot(client.keyslot(key))
+            nodes[node.name] = node
+    except Exception:  # noqa: BLE001  a slot no node serves yet: every master
+        return cast(str, await client.script_load(script))
+    sha = await client.execute_command("SCRIPT LOAD", script, target_nodes=list(nodes.values()))
+    return cast(str, sha)
+
+
 class _ClusterScript(AsyncScript):
-    """A script that, queued in a `_SturdyClusterPipeline`, tells it so (see there)."""
+    """A script that, queued in a `_SturdyClusterPipeline`, tells it so (see there), and,
+    run alone on a shard that lost it, is loaded on that shard only (`load_script`)."""
 
     async def __call__(self, keys: Any = None, args: Any = None, client: Any = None) -> Any:
         if isinstance(client, _SturdyClusterPipeline):
             client.scripts.add(self)
-        return await super().__call__(keys, args, client)
+            return await super().__call__(keys, args, cast(Any, client))
+        target: Any = self.registered_client if client is None else client
+        keys = list(keys or ())
+        sent = (*keys, *(args or ()))
+        try:
+            return await target.evalsha(self.sha, len(keys), *sent)
+        except NoScriptError:
+            self.sha = await load_script(target, self.script, keys[:1])
+            return await target.evalsha(self.sha, len(keys), *sent)
 
 
 class _NodePubSub(PubSub):
