@@ -231,7 +231,7 @@ class Passthrough:
 
     def __call__(self, entry: FeedEntry) -> bool:
         stream = self.stream
-        if stream.pending is not None:
+        if stream.pending:
             return False
         message = self.scope.passing(entry)
         if message is None:
@@ -245,7 +245,7 @@ class Passthrough:
         position, written at once (at most `WRITE_BYTES`; its loop is woken for the rest,
         or to settle a write that suspended)."""
         stream = self.stream
-        if stream.pending is not None:
+        if stream.pending:
             return False
         message = self.scope.unsent()
         if message is not None and not stream.write_now(message) or self.listener.unread:

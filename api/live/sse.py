@@ -68,15 +68,28 @@ class EventStream:
     reader's task rather than the channel's own: one event to a thousand listeners then
     costs a thousand writes, not a thousand task wake-ups as well. A server's `send`
     completes without suspending unless the client is slow (its buffer full); one that
-    suspends is finished by a task of its own, `pending`, which the next `write` (and
-    `settle`) awaits first, so the messages keep their order and its error is raised.
+    suspends is `pending`, finished by callbacks on what it waits for (no task of its own:
+    with hundreds of slow clients, a task and its wait per suspended write were most of
+    what the garbage collector walked), and the next `write` (and `settle`) awaits it
+    first, so the messages keep their order and its error is raised.
     """
 
     def __init__(self, send: Send) -> None:
         self.send = send
         self.started = False
-        self.pending: asyncio.Future[None] | None = None
-        """A `write_now` whose `send` suspended, finishing on its own."""
+        self._step: Any = None
+        """A `write_now`'s `send` that suspended: the coroutine, resumed by `_resume`."""
+        self._waiting_on: Any = None
+        """What it waits for: a future (a callback on it) or the loop's next turn (a handle)."""
+        self._failed: BaseException | None = None
+        """Its error, raised by `settle`."""
+        self._settled: asyncio.Future[None] | None = None
+        """Made by a `settle` that waits for it, done when it ends."""
+
+    @property
+    def pending(self) -> bool:
+        """A `write_now` suspended: nothing may be written before it is settled."""
+        return self._step is not None or self._failed is not None
 
     async def start(self) -> None:
         await self.send({"type": "http.response.start", "status": 200, "headers": SSE_HEADERS})
@@ -92,7 +105,7 @@ class EventStream:
         await self.send({"type": "http.response.body", "body": body, "more_body": not final})
 
     def write_now(self, body: bytes) -> bool:
-        """Write `body` at once, from any task; False when the send suspended (its rest is
+        """Write `body` at once, from any task; False when the send suspended (it is
         `pending`: nothing may be written before it is settled)."""
         step: Any = self.send({"type": "http.response.body", "body": body, "more_body": True})
         try:
@@ -100,44 +113,68 @@ class EventStream:
         except StopIteration:
             return True
         except Exception as exc:  # noqa: BLE001  raised by the channel's task, in `settle`
-            failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            failed.set_exception(exc)
-            self.pending = failed
+            self._failed = exc
             return False
-        self.pending = asyncio.ensure_future(_finish(step, waiting_on))
+        self._step = step
+        self._wait_on(waiting_on)
         return False
+
+    def _wait_on(self, waiting_on: Any) -> None:
+        """Resume the suspended send once `waiting_on` is done, as a task would."""
+        if asyncio.isfuture(waiting_on):
+            self._waiting_on = waiting_on
+            waiting_on.add_done_callback(self._resume)
+        else:  # a bare yield: it asked for a turn of the loop
+            self._waiting_on = asyncio.get_running_loop().call_soon(self._resume, None)
+
+    def _resume(self, _done: Any) -> None:
+        self._waiting_on = None
+        try:
+            waiting_on = self._step.send(None)
+        except StopIteration:
+            self._ended(None)
+        except Exception as exc:  # noqa: BLE001  raised by the channel's task, in `settle`
+            self._ended(exc)
+        else:
+            self._wait_on(waiting_on)
+
+    def _ended(self, failed: BaseException | None) -> None:
+        self._step = None
+        self._failed = failed
+        settled, self._settled = self._settled, None
+        if settled is not None and not settled.done():
+            settled.set_result(None)
 
     async def settle(self) -> None:
         """Await a `write_now` that suspended; raise its error."""
-        pending, self.pending = self.pending, None
-        if pending is not None:
-            await pending
+        if self._step is not None:
+            settled = self._settled
+            if settled is None or settled.done():  # none, or one a cancelled settle left
+                settled = self._settled = asyncio.get_running_loop().create_future()
+            await settled
+        failed, self._failed = self._failed, None
+        if failed is not None:
+            raise failed
 
     def abandon(self) -> None:
         """The channel ended: a `write_now` still pending is stopped (its error dropped)."""
-        pending, self.pending = self.pending, None
-        if pending is None:
-            return
-        if pending.done():
-            if not pending.cancelled():
-                pending.exception()  # retrieved: the channel is gone, nobody is told
-        else:
-            pending.cancel()
-
-
-async def _finish(step: Any, waiting_on: Any) -> None:
-    """Run to its end a coroutine that suspended (on `waiting_on`) outside any task."""
-    try:
-        while True:
+        step, waiting_on = self._step, self._waiting_on
+        self._step = self._waiting_on = self._failed = None
+        if waiting_on is not None:
             if asyncio.isfuture(waiting_on):
-                await asyncio.wait((waiting_on,))
+                waiting_on.remove_done_callback(self._resume)
+            waiting_on.cancel()  # the future it waits for, as a task's cancel does; or the turn
+        if step is not None:
+            # Stopped as a task's cancel stops it: CancelledError where it waits.
+            try:
+                step.throw(asyncio.CancelledError())
+            except BaseException:  # noqa: BLE001, S110  the cancel, or what it ended with: dropped
+                pass
             else:
-                await asyncio.sleep(0)  # a bare yield: it asked for a turn of the loop
-            waiting_on = step.send(None)
-    except StopIteration:
-        return
-    finally:
-        step.close()
+                step.close()
+        settled, self._settled = self._settled, None
+        if settled is not None:
+            settled.cancel()
 
 
 async def watch_disconnect(receive: Receive, task: asyncio.Task[Any] | None) -> bool:
