@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+from collections.abc import Callable
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -191,16 +192,18 @@ class LiveChannel:
         await stream.start()
         chunk = [control(StreamReady(ready))]
         ending = await scope.replay(chunk, stream)
-        passthrough = Passthrough(scope, stream, listener)
+        passthrough = Passthrough(scope, stream, listener, self.hub.feed_soon)
         while ending is None:
             if chunk:
                 await stream.write(b"".join(chunk))
                 chunk = []
-            await stream.settle()
+            # A write to a slow client still going on is not waited for (`Passthrough.done`
+            # follows it); one that ended in an error raises it here.
+            stream.check()
             listener.passes = passthrough
             listener.sends = passthrough.sends
             try:
-                woke = await listener.wait(heartbeat)
+                woke = await listener.wait(heartbeat, busy=stream.writing)
             finally:
                 listener.passes = listener.sends = None
             if not woke:
@@ -222,12 +225,20 @@ class Passthrough:
     suspended and must be settled first) is declined and buffered as usual. The message
     is the one `FeedEntry` formatted once for every listener: the stored bytes as they are."""
 
-    __slots__ = ("scope", "stream", "listener")
+    __slots__ = ("scope", "stream", "listener", "feed_soon")
 
-    def __init__(self, scope: ChannelScope, stream: EventStream, listener: Listener) -> None:
+    def __init__(
+        self,
+        scope: ChannelScope,
+        stream: EventStream,
+        listener: Listener,
+        feed_soon: Callable[[], None],
+    ) -> None:
         self.scope = scope
         self.stream = stream
         self.listener = listener
+        self.feed_soon = feed_soon
+        stream.on_done = self.done
 
     def __call__(self, entry: FeedEntry) -> bool:
         stream = self.stream
@@ -242,12 +253,25 @@ class Passthrough:
 
     def sends(self) -> bool:
         """`Listener.sends` of a waiting unscoped channel: what the backlog holds past its
-        position, written at once (at most `WRITE_BYTES`; its loop is woken for the rest,
-        or to settle a write that suspended)."""
+        position, written at once (at most `WRITE_BYTES`; its loop is woken for the rest).
+        A write to a slow client that suspends goes on by itself, the channel's task left
+        asleep: when it ends, the hub feeds the channel again (`done`)."""
         stream = self.stream
         if stream.pending:
-            return False
+            return True  # `done` asks for a round when it ends
         message = self.scope.unsent()
-        if message is not None and not stream.write_now(message) or self.listener.unread:
+        if message is not None and not stream.write_now(message):
+            return True
+        if self.listener.unread:
             self.listener.nudge()
         return True
+
+    def done(self, failed: bool) -> None:
+        """`EventStream.on_done`: a write that suspended ended with no task settling it. A
+        failure wakes the channel's task (its `settle` raises it); else, while the channel
+        waits, what the backlog holds past its position goes in the hub's next round."""
+        listener = self.listener
+        if failed or listener.sends is None:
+            listener.nudge()
+        elif listener.unread:
+            self.feed_soon()

@@ -54,9 +54,9 @@ FEED_SHARE = 4.0
 """Feeding the unscoped channels takes at most 1/FEED_SHARE of the loop's time: after a
 round that worked t, the next waits (FEED_SHARE - 1) * t."""
 FEED_SLICE_SECONDS = 0.0005
+"""The longest a round of feeding runs before letting the loop's other work go first."""
 TURN_BUDGET_SECONDS = 0.0005
 """What the unscoped channels' own writes may take of one turn of the event loop (`Turns`)."""
-"""The longest a round of feeding runs before letting the loop's other work go first."""
 WRITE_BYTES = 32_768
 """The most an unscoped channel writes at once from the backlog (a slow client's server
 buffer holds about this beyond its high-water mark)."""
@@ -350,9 +350,12 @@ class Listener:
         """An unscoped listener with backlog entries past its position."""
         return self.backlog is not None and self.next < self.backlog.head
 
-    async def wait(self, timeout: float) -> bool:
-        """Until there is something to do (an entry, being behind, closing); False on timeout."""
-        if self.items or self.behind or self.closing or self.unread:
+    async def wait(self, timeout: float, busy: bool = False) -> bool:
+        """Until there is something to do (an entry, being behind, closing); False on timeout.
+        `busy`: its owner's last write to a slow client goes on, and its end has the hub
+        feed it (`Passthrough.done`): entries of the backlog past its position are not
+        something to do for its own loop meanwhile."""
+        if self.items or self.behind or self.closing or (self.unread and not busy):
             return True
         # A bare future and a timer rather than `wait_for` on an `Event`: a fan-out wakes
         # every listener of an execution per event, and `wait_for` costs each a new task.
@@ -411,6 +414,8 @@ class FeedHub:
         self._task: asyncio.Task[None] | None = None
         self._feeding: asyncio.Handle | None = None
         self._feed_after = 0.0
+        self._again = False
+        """A round was asked for (`feed_soon`) since the current one began."""
         """The `perf_counter` time before which the unscoped channels are not fed again."""
         self._round: deque[Listener] = deque()
         """The unscoped listeners the current round of `_feed` has still to feed."""
@@ -484,12 +489,21 @@ class FeedHub:
                         listener.offer(entry)
         self.dispatched += len(entries)
         if self.unscoped and self._feeding is None:
-            loop = asyncio.get_running_loop()
             if time.perf_counter() >= self._feed_after:
                 self._feed()
             else:
-                delay = self._feed_after - time.perf_counter()
-                self._feeding = loop.call_later(delay, self._feed)
+                self._feed_later()
+
+    def _feed_later(self) -> None:
+        delay = self._feed_after - time.perf_counter()
+        self._feeding = asyncio.get_running_loop().call_later(max(0.0, delay), self._feed)
+
+    def feed_soon(self) -> None:
+        """A write to a slow client ended with more to send (`Passthrough.done`): a round
+        of feeding soon, at the pace `FEED_SHARE` allows, if none is coming."""
+        self._again = True
+        if self.unscoped and self._feeding is None:
+            self._feed_later()
 
     def _feed(self) -> None:
         """Hand the backlog's new entries to every unscoped channel: written at once for a
@@ -505,6 +519,7 @@ class FeedHub:
         if not round_:
             round_.extend(self.unscoped)
             self._round_work = 0.0
+            self._again = False
         head = self.backlog.head
         while round_:
             listener = round_.popleft()
@@ -523,6 +538,8 @@ class FeedHub:
             return
         self._feeding = None
         self._feed_after = now + (FEED_SHARE - 1) * self._round_work
+        if self._again:  # a write that ended during the round, maybe after its turn in it
+            self._feed_later()
 
     # -- listeners --
 

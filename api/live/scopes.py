@@ -271,20 +271,22 @@ class FeedScope:
         return None
 
     async def advance(self, listener: Listener, chunk: list[bytes], stream: EventStream) -> Ending:
-        """Send from the backlog until the position is at its end, a write at a time (each
-        waits for a slow client to take the one before)."""
+        """Send from the backlog until the position is at its end or a write suspends (a
+        slow client): that one goes on by itself while the channel waits, and when it ends
+        the hub feeds the channel the rest (`Passthrough.done`), its task left asleep."""
         turns = self.backlog.turns
         while True:
             await stream.settle()
             await turns.take()
             t0 = time.perf_counter()
             message = self.unsent()
+            written = True
             if message is not None:
                 chunk.append(message)
-                stream.write_now(b"".join(chunk))  # a write that suspends is settled next
+                written = stream.write_now(b"".join(chunk))
                 chunk.clear()
             turns.spent(time.perf_counter() - t0)
-            if message is None:
+            if message is None or not written:
                 return None
 
     def passing(self, entry: FeedEntry) -> bytes | None:

@@ -10,6 +10,7 @@ and when, is `api.live.channel`'s.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -85,6 +86,9 @@ class EventStream:
         """Its error, raised by `settle`."""
         self._settled: asyncio.Future[None] | None = None
         """Made by a `settle` that waits for it, done when it ends."""
+        self.on_done: Callable[[bool], None] | None = None
+        """Called when a suspended write ends and no `settle` waits for it (True: it failed,
+        its error kept for `settle`): its channel's task need not wait on it."""
 
     @property
     def pending(self) -> bool:
@@ -144,6 +148,13 @@ class EventStream:
         settled, self._settled = self._settled, None
         if settled is not None and not settled.done():
             settled.set_result(None)
+        elif self.on_done is not None:
+            self.on_done(failed is not None)
+
+    @property
+    def writing(self) -> bool:
+        """A `write_now` suspended and goes on (its end calls `on_done`)."""
+        return self._step is not None
 
     async def settle(self) -> None:
         """Await a `write_now` that suspended; raise its error."""
@@ -152,6 +163,10 @@ class EventStream:
             if settled is None or settled.done():  # none, or one a cancelled settle left
                 settled = self._settled = asyncio.get_running_loop().create_future()
             await settled
+        self.check()
+
+    def check(self) -> None:
+        """Raise the error of a `write_now` that ended in one (once), without waiting."""
         failed, self._failed = self._failed, None
         if failed is not None:
             raise failed
