@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Callable
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -192,7 +191,8 @@ class LiveChannel:
         await stream.start()
         chunk = [control(StreamReady(ready))]
         ending = await scope.replay(chunk, stream)
-        passthrough = Passthrough(scope, stream, listener, self.hub.feed_soon)
+        hub = self.hub
+        passthrough = Passthrough(scope, stream, listener, hub)
         while ending is None:
             if chunk:
                 await stream.write(b"".join(chunk))
@@ -200,15 +200,20 @@ class LiveChannel:
             # A write to a slow client still going on is not waited for (`Passthrough.done`
             # follows it); one that ended in an error raises it here.
             stream.check()
+            busy = stream.writing
+            if busy:
+                hub.park(listener)
+            else:
+                hub.unpark(listener)
             listener.passes = passthrough
             listener.sends = passthrough.sends
             try:
-                woke = await listener.wait(heartbeat, busy=stream.writing)
+                woke = await listener.wait(heartbeat, busy=busy)
             finally:
                 listener.passes = listener.sends = None
             if not woke:
                 ending = await scope.idle()
-                if ending is None:
+                if ending is None and not stream.writing:  # quiet, not a client that is slow
                     chunk.append(HEARTBEAT)
             elif listener.closing:
                 ending = listener.closing
@@ -225,19 +230,15 @@ class Passthrough:
     suspended and must be settled first) is declined and buffered as usual. The message
     is the one `FeedEntry` formatted once for every listener: the stored bytes as they are."""
 
-    __slots__ = ("scope", "stream", "listener", "feed_soon")
+    __slots__ = ("scope", "stream", "listener", "hub")
 
     def __init__(
-        self,
-        scope: ChannelScope,
-        stream: EventStream,
-        listener: Listener,
-        feed_soon: Callable[[], None],
+        self, scope: ChannelScope, stream: EventStream, listener: Listener, hub: FeedHub
     ) -> None:
         self.scope = scope
         self.stream = stream
         self.listener = listener
-        self.feed_soon = feed_soon
+        self.hub = hub
         stream.on_done = self.done
 
     def __call__(self, entry: FeedEntry) -> bool:
@@ -261,6 +262,7 @@ class Passthrough:
             return True  # `done` asks for a round when it ends
         message = self.scope.unsent()
         if message is not None and not stream.write_now(message):
+            self.hub.park(self.listener)
             return True
         if self.listener.unread:
             self.listener.nudge()
@@ -271,7 +273,9 @@ class Passthrough:
         failure wakes the channel's task (its `settle` raises it); else, while the channel
         waits, what the backlog holds past its position goes in the hub's next round."""
         listener = self.listener
+        listener.fed()  # it was sent something: its silence starts now
+        self.hub.unpark(listener)
         if failed or listener.sends is None:
             listener.nudge()
         elif listener.unread:
-            self.feed_soon()
+            self.hub.feed_soon()

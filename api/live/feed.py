@@ -402,6 +402,10 @@ class FeedHub:
         self.buffer = buffer
         self.scoped: dict[str, set[Listener]] = {}
         self.unscoped: set[Listener] = set()
+        self.unparked: set[Listener] = set()
+        """The unscoped listeners a round visits: all but those whose last write to a slow
+        client goes on (`park`): with hundreds of slow clients, most are writing at any
+        moment, and a round that visits them only to find so costs a core's share."""
         self.channels = 0
         """Open live channels (bounded by `MAJORDOMUS_MAX_LIVE`); long polls are not counted."""
         self.cursor: str | None = None
@@ -498,6 +502,15 @@ class FeedHub:
         delay = self._feed_after - time.perf_counter()
         self._feeding = asyncio.get_running_loop().call_later(max(0.0, delay), self._feed)
 
+    def park(self, listener: Listener) -> None:
+        """Its channel's write to a slow client goes on: no round visits it until `unpark`."""
+        self.unparked.discard(listener)
+
+    def unpark(self, listener: Listener) -> None:
+        """Its channel's write ended (or none goes on): rounds visit it again."""
+        if listener in self.unscoped:
+            self.unparked.add(listener)
+
     def feed_soon(self) -> None:
         """A write to a slow client ended with more to send (`Passthrough.done`): a round
         of feeding soon, at the pace `FEED_SHARE` allows, if none is coming."""
@@ -517,7 +530,7 @@ class FeedHub:
         t0 = time.perf_counter()
         round_ = self._round
         if not round_:
-            round_.extend(self.unscoped)
+            round_.extend(self.unparked)
             self._round_work = 0.0
             self._again = False
         head = self.backlog.head
@@ -550,6 +563,7 @@ class FeedHub:
         if execution_id is None:
             self.backlog.attach(listener)
             self.unscoped.add(listener)
+            self.unparked.add(listener)
         else:
             self.scoped.setdefault(execution_id, set()).add(listener)
         if self.closed:
@@ -560,6 +574,7 @@ class FeedHub:
         listener.release()
         if listener.execution_id is None:
             self.unscoped.discard(listener)
+            self.unparked.discard(listener)
             return
         group = self.scoped.get(listener.execution_id)
         if group is not None:
