@@ -8,11 +8,12 @@ the same code under uvicorn."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
 
-from api.live.sse import EventStream
+from majordomus.api.live.sse import EventStream
 
 
 class SlowClient:
@@ -121,3 +122,118 @@ async def test_a_send_that_completes_at_once_is_written_now() -> None:
     stream = EventStream(send)
     assert stream.write_now(b"a") is True and stream.write_now(b"b") is True
     assert sent == [b"a", b"b"] and not stream.pending
+
+
+# -- the channel over it: a slow client's channel sleeps while its write goes on ---------------
+
+
+class PausingClient:
+    """An ASGI `send` that, while `paused`, waits for the client to drain before writing, as
+    uvicorn's does once its transport is past the high-water mark; what is written is kept."""
+
+    def __init__(self) -> None:
+        self.body = bytearray()
+        self.started = asyncio.Event()
+        self.paused = False
+        self.drained: asyncio.Future[None] | None = None
+        self.sends = 0
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sends += 1
+        if self.paused:
+            self.drained = asyncio.get_running_loop().create_future()
+            await self.drained
+        if message["type"] == "http.response.start":
+            self.started.set()
+        else:
+            self.body += message.get("body", b"")
+
+    def resume(self) -> None:
+        self.paused = False
+        if self.drained is not None and not self.drained.done():
+            self.drained.set_result(None)
+
+    def ids(self) -> list[str]:
+        return [
+            line[4:]
+            for line in bytes(self.body).decode().splitlines()
+            if line.startswith("id: ")
+        ]
+
+
+async def until(condition: Any, what: str) -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")
+
+
+async def test_a_slow_clients_channel_is_parked_while_its_write_goes_on_and_fed_when_it_ends(
+    redis: Any, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from majordomus.api.live.channel import LiveChannel
+    from majordomus.api.live.feed import FeedHub, Listener
+    from majordomus.engine import LIVE_PATH, Engine
+    from majordomus.registry import REGISTRY
+    from tests.conftest import make_settings
+
+    settings = make_settings(redis_url)
+    engine = Engine(redis, REGISTRY, settings)
+    feed = engine.store.keys.partitions[0].feed
+    waits = 0
+    plain_wait = Listener.wait
+
+    async def counted_wait(self: Listener, timeout: float, busy: bool = False) -> bool:
+        nonlocal waits
+        waits += 1
+        return await plain_wait(self, timeout, busy)
+
+    monkeypatch.setattr(Listener, "wait", counted_wait)
+    hub = FeedHub(engine, settings)
+    await hub.start()
+    client = PausingClient()
+    gone = asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": LIVE_PATH,
+        "query_string": b"",
+        "headers": [(b"accept", b"text/event-stream")],
+    }
+    channel = asyncio.create_task(LiveChannel(engine, hub, settings)(scope, receive, client.send))
+    written: list[str] = []
+
+    async def add(n: int) -> None:
+        for i in range(n):
+            envelope = json.dumps({"type": "execution.log", "sequence": i + 1, "execution_id": "x"})
+            written.append((await redis.xadd(feed, {"x": "x", "s": i + 1, "e": envelope})).decode())
+
+    try:
+        await asyncio.wait_for(client.started.wait(), 5)
+        [listener] = hub.unscoped
+        await until(lambda: listener.waiting, "the channel waits")
+        await add(3)
+        await until(lambda: client.ids() == written, "the first entries written")
+        client.paused = True
+        await add(3)
+        await until(lambda: client.drained is not None, "a write suspended")
+        sends, slept_at = client.sends, waits
+        await until(lambda: listener not in hub.unparked and listener.waiting, "parked, waiting")
+        await add(20)  # rounds go by: none visits it, none wakes its task
+        await until(lambda: hub.backlog.head == len(written), "the hub has them all")
+        await asyncio.sleep(0.05)
+        assert client.sends == sends and listener not in hub.unparked
+        client.resume()  # the write ends: the hub feeds the channel the rest
+        await until(lambda: client.ids() == written, "every entry written, in order")
+        assert waits == slept_at, "the channel's task was woken while its write went on"
+        assert listener in hub.unparked
+    finally:
+        gone.set()
+        await asyncio.wait_for(channel, 5)
+        await hub.stop()
