@@ -120,7 +120,7 @@ class LiveChannel:
         hub = self.hub
         listener = hub.register(request.execution_id)
         hub.channels += 1
-        stream = EventStream(send)
+        stream = EventStream(send, hub.backlog.turns)
         try:
             await self._serve(request, listener, stream, receive)
         except Disconnected:

@@ -173,6 +173,17 @@ class Turns:
             await turn
         self._reset_soon()
 
+    def turn_now(self) -> asyncio.Future[None] | None:
+        """`take` for a callback (`EventStream`): None when a turn is free now; else a
+        future, done when its turn comes."""
+        if self.used >= self.budget or self.waiting:
+            turn = asyncio.get_running_loop().create_future()
+            self.waiting.append(turn)
+            self._reset_soon()
+            return turn
+        self._reset_soon()
+        return None
+
     def spent(self, seconds: float) -> None:
         self.used += seconds
         self.cost += (seconds - self.cost) / 8

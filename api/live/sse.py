@@ -10,8 +10,9 @@ and when, is `api.live.channel`'s.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 from litestar.types import Receive, Send
@@ -62,6 +63,14 @@ def accepts_event_stream(accept: str | None) -> bool:
     return False
 
 
+class Pacing(Protocol):
+    """What shares a turn of the event loop among the channels' writes (`feed.Turns`)."""
+
+    def turn_now(self) -> asyncio.Future[None] | None: ...
+
+    def spent(self, seconds: float) -> None: ...
+
+
 class EventStream:
     """The response side of one channel over raw ASGI.
 
@@ -75,8 +84,13 @@ class EventStream:
     first, so the messages keep their order and its error is raised.
     """
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, pacing: Pacing | None = None) -> None:
         self.send = send
+        self.pacing = pacing
+        """Shares the loop's turns: a suspended write resumes in its turn. Hundreds of slow
+        clients drain in one poll of the loop; their writes, each up to `WRITE_BYTES`, run
+        in one turn would hold every request that came meanwhile."""
+        self._turn_taken = False
         self.started = False
         self._step: Any = None
         """A `write_now`'s `send` that suspended: the coroutine, resumed by `_resume`."""
@@ -133,6 +147,16 @@ class EventStream:
 
     def _resume(self, _done: Any) -> None:
         self._waiting_on = None
+        pacing = self.pacing
+        if pacing is not None and not self._turn_taken:
+            turn = pacing.turn_now()
+            if turn is not None:  # after the loop's other work: when its turn comes
+                self._turn_taken = True
+                self._waiting_on = turn
+                turn.add_done_callback(self._resume)
+                return
+        self._turn_taken = False
+        t0 = time.perf_counter()
         try:
             waiting_on = self._step.send(None)
         except StopIteration:
@@ -141,6 +165,8 @@ class EventStream:
             self._ended(exc)
         else:
             self._wait_on(waiting_on)
+        if pacing is not None:
+            pacing.spent(time.perf_counter() - t0)
 
     def _ended(self, failed: BaseException | None) -> None:
         self._step = None
@@ -175,6 +201,7 @@ class EventStream:
         """The channel ended: a `write_now` still pending is stopped (its error dropped)."""
         step, waiting_on = self._step, self._waiting_on
         self._step = self._waiting_on = self._failed = None
+        self._turn_taken = False
         if waiting_on is not None:
             if asyncio.isfuture(waiting_on):
                 waiting_on.remove_done_callback(self._resume)
