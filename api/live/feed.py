@@ -429,9 +429,9 @@ class FeedHub:
         self._task: asyncio.Task[None] | None = None
         self._feeding: asyncio.Handle | None = None
         self._feed_after = 0.0
+        """The `perf_counter` time before which the unscoped channels are not fed again."""
         self._again = False
         """A round was asked for (`feed_soon`) since the current one began."""
-        """The `perf_counter` time before which the unscoped channels are not fed again."""
         self._round: deque[Listener] = deque()
         """The unscoped listeners the current round of `_feed` has still to feed."""
         self._round_work = 0.0

@@ -161,6 +161,8 @@ class EventStream:
             waiting_on = self._step.send(None)
         except StopIteration:
             self._ended(None)
+        except asyncio.CancelledError:  # what it waited on was cancelled: the write failed
+            self._ended(ConnectionAbortedError("the write to the client was cancelled"))
         except Exception as exc:  # noqa: BLE001  raised by the channel's task, in `settle`
             self._ended(exc)
         else:

@@ -82,6 +82,21 @@ async def test_the_error_of_a_suspended_write_is_raised_by_settle_once() -> None
     await stream.settle()  # raised once
 
 
+async def test_a_write_whose_wait_is_cancelled_from_outside_fails_and_raises_nothing_else() -> None:
+    client = SlowClient()
+    stream = EventStream(client.send)
+    ended: list[bool] = []
+    stream.on_done = ended.append
+    stream.write_now(b"one")
+    assert client.drained is not None
+    client.drained.cancel()  # not by the stream: by what it waits on
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert client.stopped == ["cancelled"] and ended == [True]
+    with pytest.raises(ConnectionAbortedError):
+        await stream.settle()
+
+
 async def test_a_cancelled_settle_leaves_the_write_going_and_the_next_settle_waits_again() -> None:
     client = SlowClient()
     stream = EventStream(client.send)
@@ -155,9 +170,7 @@ class PausingClient:
 
     def ids(self) -> list[str]:
         return [
-            line[4:]
-            for line in bytes(self.body).decode().splitlines()
-            if line.startswith("id: ")
+            line[4:] for line in bytes(self.body).decode().splitlines() if line.startswith("id: ")
         ]
 
 
