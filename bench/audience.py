@@ -39,6 +39,7 @@ from bench.harness import (
     majordomus_worker,
     ms,
     percentile,
+    read_http_answer,
     wait_for_api,
     wait_for_workers,
 )
@@ -168,14 +169,7 @@ class Poster:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> tuple[int, bytes]:
         writer.write(self.request)
-        head = await reader.readuntil(b"\r\n\r\n")
-        status = int(head[9:12])
-        length = 0
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        return status, await reader.readexactly(length)
+        return await read_http_answer(reader)
 
     async def aclose(self) -> None:
         """Close the connections kept (the API closes those idle past its keep-alive: a

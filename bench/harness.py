@@ -310,6 +310,19 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 
 
+async def read_http_answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    """An HTTP/1.1 answer as the API writes one (a status line, headers with a
+    Content-Length, the body): its status and body, for the benchmarks' plain clients."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head[9:12])
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value)
+    return status, await reader.readexactly(length)
+
+
 def ms(seconds: float) -> float:
     return seconds * 1000.0
 

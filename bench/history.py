@@ -38,6 +38,7 @@ from bench.harness import (
     majordomus_worker,
     ms,
     percentile,
+    read_http_answer,
     wait_for_api,
     wait_for_workers,
 )
@@ -72,14 +73,7 @@ class PlainHttp:
 
     async def get(self, target: str) -> tuple[int, bytes]:
         self.writer.write(f"GET {target} HTTP/1.1\r\nHost: {self.host}\r\n\r\n".encode())
-        head = await self.reader.readuntil(b"\r\n\r\n")
-        status = int(head[9:12])
-        length = 0
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            if name.strip().lower() == b"content-length":
-                length = int(value)
-        return status, await self.reader.readexactly(length)
+        return await read_http_answer(self.reader)
 
     async def aclose(self) -> None:
         self.writer.close()

@@ -166,12 +166,9 @@ class Turns:
         self._resetting = False
 
     async def take(self) -> None:
-        if self.used >= self.budget or self.waiting:
-            turn = asyncio.get_running_loop().create_future()
-            self.waiting.append(turn)
-            self._reset_soon()
+        turn = self.turn_now()
+        if turn is not None:
             await turn
-        self._reset_soon()
 
     def turn_now(self) -> asyncio.Future[None] | None:
         """`take` for a callback (`EventStream`): None when a turn is free now; else a
