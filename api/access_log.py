@@ -34,6 +34,9 @@ log = logging.getLogger("majordomus.access")
 
 NO_STATUS = 0
 """The status of a request that ended before any answer started (the client went away)."""
+HANDED_ON = "majordomus.handed_on"
+"""Set in a request's `state` when the API handed its connection to the live delivery
+process (`api.live.apart`): that process logs the request's line, with its status."""
 RAISED_STATUS = 500
 """The status of a request whose application raised before answering (the server's 500)."""
 
@@ -65,7 +68,8 @@ class AccessLog:
             status = status or RAISED_STATUS
             raise
         finally:
-            self.say(scope, status, (time.perf_counter() - started) * 1000)
+            if not scope.get("state", {}).get(HANDED_ON):
+                self.say(scope, status, (time.perf_counter() - started) * 1000)
 
     def actor(self, scope: Scope) -> str:
         if self.token is None or token_problem(scope, self.token) is not None:

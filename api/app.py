@@ -39,6 +39,7 @@ from majordomus.api.console import console_handlers
 from majordomus.api.docs import DOCS_HTML, HTML, StaticDocument
 from majordomus.api.errors import JSON, error_response, make_exception_handler
 from majordomus.api.live import LISTENER_BUFFER, FeedHub, LiveChannel
+from majordomus.api.live.apart import Handoff
 from majordomus.api.mcp import build_mcp
 from majordomus.api.openapi import EXECUTION_HEADER, openapi_document, without_null
 from majordomus.config import LIMITS, Settings
@@ -77,6 +78,10 @@ class ProbeStatus(msgspec.Struct, omit_defaults=True):
     take no new work until undrained. They still count: the probe stays ready (200)."""
     redis_data_lost_at: str | UnsetType = UNSET
     """When this process last found that Redis lost its data (`majordomus.epochs`)."""
+    delivery_pid: int | UnsetType = UNSET
+    """The process that serves this API's live channels (`serve`'s delivery process,
+    `api.live.apart`), while it is up; absent, the API serves them itself. `channels`
+    counts the channels of both, `listeners` this process's own."""
 
 
 METRICS_PATH = "/metrics"
@@ -276,6 +281,10 @@ def capability_route(cap: Capability, engine: Engine) -> BaseRouteHandler:
     )(answer)
 
 
+def _delivery_pid(handoff: Handoff | None) -> int | UnsetType:
+    return handoff.pid if handoff is not None and handoff.pid else UNSET
+
+
 # -- the application --------------------------------------------------------------------------
 
 
@@ -286,15 +295,17 @@ def create_app(
     max_connections: int = API_MAX_CONNECTIONS,
     listener_buffer: int = LISTENER_BUFFER,
     mount_mcp: bool = True,
+    handoff: Handoff | None = None,
 ) -> Litestar:
-    """The API on `engine` (or on a Redis pool of its own, from the settings, when None)."""
+    """The API on `engine` (or on a Redis pool of its own, from the settings, when None);
+    its live channels served by `handoff`'s delivery process where it can (`serve`)."""
     owns_redis = engine is None
     if engine is None:
         registry = load_capabilities(settings.capabilities)
         engine = Engine(api_redis(settings.redis_url, max_connections), registry, settings)
     hub = FeedHub(engine, settings, buffer=listener_buffer)
     engine.follow = hub.read_after
-    channel = LiveChannel(engine, hub, settings)
+    channel = LiveChannel(engine, hub, settings, handoff)
 
     caps = [c for c in engine.registry if c.exposure.http_method and c.exposure.http_path]
     handlers: list[Any] = [capability_route(cap, engine) for cap in caps]
@@ -319,7 +330,15 @@ def create_app(
 
     @get("/api/v1/live", include_in_schema=False)
     async def live_probe() -> Response[Any]:
-        return json_response(ProbeStatus("live", hub.listeners, hub.channels, engine.calls_in_flight))
+        return json_response(
+            ProbeStatus(
+                "live",
+                hub.listeners,
+                hub.channels,
+                engine.calls_in_flight,
+                delivery_pid=_delivery_pid(handoff),
+            )
+        )
 
     @get("/api/v1/ready", include_in_schema=False)
     async def ready_probe() -> Response[Any]:
@@ -354,6 +373,7 @@ def create_app(
                 len(workers),
                 draining=draining,
                 redis_data_lost_at=lost_at if lost_at is not None else UNSET,
+                delivery_pid=_delivery_pid(handoff),
             )
         )
 
@@ -402,6 +422,8 @@ def create_app(
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         await hub.start()
         sweeper.start()
+        if handoff is not None:
+            handoff.start()
         try:
             async with AsyncExitStack() as stack:
                 if mcp is not None:
@@ -410,6 +432,8 @@ def create_app(
         finally:
             # Bounded: a stop that hangs (redis-py can lose a cancel that lands mid-command)
             # must not keep the API from exiting; an unreleased lock lapses by itself.
+            if handoff is not None:
+                await handoff.stop()
             await within(STOP_SECONDS, sweeper.stop())
             await within(STOP_SECONDS, hub.stop())
             if owns_redis:
@@ -429,6 +453,7 @@ def create_app(
     )
     app.state.engine = engine
     app.state.hub = hub
+    app.state.handoff = handoff
     app.state.mcp = mcp
     app.state.sweeper = sweeper
     return app

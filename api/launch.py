@@ -34,10 +34,13 @@ from typing import Any
 
 import msgspec
 import uvicorn
+from uvicorn.config import HTTP_PROTOCOLS
+from uvicorn.importer import import_from_string
 
 from majordomus.api.access_log import with_access_log
 from majordomus.api.app import API_MAX_CONNECTIONS, client_name, create_app
 from majordomus.api.live import FeedHub
+from majordomus.api.live.apart import ConnectionBook, Handoff
 from majordomus.config import Settings, shown_url
 from majordomus.engine import LIVE_PATH, Engine
 from majordomus.event_loop import LoopChoice, choose, running_loop_name
@@ -57,9 +60,10 @@ class ApiServer(uvicorn.Server):
     """uvicorn, ending the live channels as soon as it stops accepting connections, and not
     re-raising the stopping signal afterwards (so `dev` can stop its worker and Redis)."""
 
-    def __init__(self, config: uvicorn.Config, hub: FeedHub) -> None:
+    def __init__(self, config: uvicorn.Config, hub: FeedHub, handoff: Handoff | None) -> None:
         super().__init__(config)
         self.hub = hub
+        self.handoff = handoff
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -87,6 +91,8 @@ class ApiServer(uvicorn.Server):
         for server in self.servers:
             server.close()
         self.hub.close_all("server stopping")
+        if self.handoff is not None:  # its channels end as these do
+            self.handoff.close_all()
         await super().shutdown(sockets)
         if self.force_exit:
             # A second Ctrl-C skips waiting for connections, and uvicorn then skips the
@@ -97,23 +103,33 @@ class ApiServer(uvicorn.Server):
 
 
 def server_for(
-    app: Any, settings: Settings, host: str, port: int, http: str = "h11"
+    app: Any,
+    settings: Settings,
+    host: str,
+    port: int,
+    http: str = "h11",
+    book: ConnectionBook | None = None,
 ) -> ApiServer:
     """uvicorn serving `app` behind its access log (`api.access_log`), uvicorn's own being
     off, and uvicorn's logging left to the process's (`majordomus.logs`): `log_config=None`
-    keeps it from installing handlers and a format of its own."""
+    keeps it from installing handlers and a format of its own. With `book`, its HTTP
+    protocol (`http`, named as uvicorn names them) records the connections there, so the
+    live channels' can be handed to the delivery process (`api.live.apart`)."""
+    protocol: Any = http
+    if book is not None:
+        protocol = book.protocol(import_from_string(HTTP_PROTOCOLS[http]))
     config = uvicorn.Config(
         with_access_log(app, settings),
         host=host,
         port=port,
-        http=http,
+        http=protocol,
         lifespan="on",
         access_log=False,
         server_header=False,
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
         log_config=None,
     )
-    return ApiServer(config, app.state.hub)
+    return ApiServer(config, app.state.hub, app.state.handoff)
 
 
 def run_on(choice: LoopChoice, main: Coroutine[Any, Any, None]) -> None:
@@ -130,15 +146,16 @@ def loop_line(choice: LoopChoice) -> str:
 # -- serve ------------------------------------------------------------------------------------
 
 
-def run_serve(
-    host: str, port: int, settings: Settings, sock: socket.socket | None = None
-) -> None:
+def run_serve(host: str, port: int, settings: Settings, sock: socket.socket | None = None) -> None:
     """The API alone, on MAJORDOMUS_REDIS_URL (default redis://127.0.0.1:6379/0); on `sock`
     when given (bound and listening already: `majordomus serve` binds it first)."""
     url = settings.redis_url or DEFAULT_URL
     choice = choose(settings.fast_loop)
-    app = create_app(msgspec.structs.replace(settings, redis_url=url))
-    server = server_for(app, settings, host, port, choice.http)
+    settings = msgspec.structs.replace(settings, redis_url=url)
+    book = ConnectionBook() if settings.live_apart else None
+    handoff = Handoff(settings, book) if book is not None else None
+    app = create_app(settings, handoff=handoff)
+    server = server_for(app, settings, host, port, choice.http, book)
     base = f"http://{host}:{port}"
 
     async def serve() -> None:
@@ -161,9 +178,7 @@ def run_serve(
 # -- dev --------------------------------------------------------------------------------------
 
 
-def run_dev(
-    host: str, port: int, settings: Settings, sock: socket.socket | None = None
-) -> None:
+def run_dev(host: str, port: int, settings: Settings, sock: socket.socket | None = None) -> None:
     """The API and a worker in one process; Ctrl-C stops both, then an embedded Redis."""
     redis = DevRedis(settings)
     try:

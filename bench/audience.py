@@ -68,6 +68,10 @@ class Phase:
     def __init__(self, listeners: int) -> None:
         self.listeners = listeners
         self.latencies: list[float] = []
+        self.accepted: list[float] = []
+        """From the POST sent to `created_at` (the API's side of a start)."""
+        self.taken: list[float] = []
+        """From `created_at` to `started_at` (the queue's and the workers' side)."""
         self.answers: list[float] = []
         self.rate = 0.0
         self.failed = 0
@@ -222,10 +226,17 @@ async def _measure(bench: Bench, http: Poster, phase: Phase, n: int) -> None:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{execution_id} did not start within 120 s")
                 await asyncio.sleep(0.05)
-            at = datetime.fromisoformat(snapshot.started_at.replace("Z", "+00:00")).timestamp()
+            at = _timestamp(snapshot.started_at)
+            created = _timestamp(snapshot.created_at)
             started.append(at)
             phase.latencies.append(max(0.0, at - sent))
+            phase.accepted.append(max(0.0, created - sent))
+            phase.taken.append(max(0.0, at - created))
     phase.rate = len(started) / max(1e-9, max(started) - first)
+
+
+def _timestamp(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def _listeners(bench: Bench, port: int, count: int) -> tuple[Child, Path]:
@@ -281,13 +292,22 @@ def _rows(bench: Bench, phases: list[Phase], starts: int) -> list[Row]:
             f"audience: {starts:,} starts at {RATE}/s with {phase.listeners} listeners "
             f"({phase.opened} opened): they were sent {phase.received:,} events and "
             f"{phase.lagged:,} stream.lagged saying {phase.dropped:,} dropped; "
-            f"{phase.failed} starts refused"
+            f"{phase.failed} starts refused; " + _parts(phase, base)
         )
     bench.note(
         f"audience: with no listener, start p50 {ms(percentile(base.latencies, 50)):.1f} ms, "
         f"p99 {ms(percentile(base.latencies, 99)):.1f} ms, {base.rate:.0f} starts/s"
     )
     return rows
+
+
+def _parts(phase: Phase, base: Phase) -> str:
+    """Where the start latency's p99 goes: the API's side and the queue's and workers' side."""
+    return ", ".join(
+        f"{name} p99 {ms(percentile(getattr(phase, part), 99)):.2f} ms "
+        f"(no listener {ms(percentile(getattr(base, part), 99)):.2f})"
+        for name, part in (("POST sent to accepted", "accepted"), ("accepted to started", "taken"))
+    )
 
 
 # -- the listeners' process ----------------------------------------------------------------------

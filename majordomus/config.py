@@ -70,6 +70,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     """How long each minute of the roll-up that `executions.stats` and the console's charts read is kept after it ends (`majordomus.store.rollup`): a day and an hour, the day the charts show; shorter, the last day shows only what is kept. `0`: no roll-up, its counts left out of every start and end (the charts stay empty)."""
     max_live: int = 1024
     """Open live (SSE) channels per API process."""
+    live_apart: bool = True
+    """`serve` delivers the live channels (`/events`) from a process of its own, at a lower priority, so a large or slow audience never holds the API's requests (`api.live.apart`); `0`: the API delivers them itself. Connections over TLS or a Unix socket are delivered by the API."""
     heartbeat_seconds: float = 15.0
     """Seconds between comment heartbeats on a live channel."""
     mcp_call_seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 50.0

@@ -139,7 +139,6 @@ class Episode(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Their ids, oldest first (the newest 200)."""
 
 
-
 def checked_external_id(external_id: str) -> str:
     """The id as given, or `invalid_input` when it is blank, multi-line or too long."""
     if not external_id.strip():
@@ -158,4 +157,3 @@ def checked_external_id(external_id: str) -> str:
             "send a shorter id (a conversation or thread id)",
         )
     return external_id
-

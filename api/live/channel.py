@@ -22,7 +22,9 @@ import msgspec
 from litestar.types import Receive, Scope, Send
 
 from majordomus.api.access import header
+from majordomus.api.access_log import HANDED_ON
 from majordomus.api.errors import classify, send_error
+from majordomus.api.live.apart import Handoff, end_connection, handed_until_gone
 from majordomus.api.live.feed import FeedEntry, FeedHub, Listener
 from majordomus.api.live.scopes import ChannelScope, ExecutionScope, FeedScope
 from majordomus.api.live.sse import (
@@ -101,10 +103,15 @@ class Refusal(Exception):
 class LiveChannel:
     """The ASGI endpoint of `GET /events`."""
 
-    def __init__(self, engine: Engine, hub: FeedHub, settings: Settings) -> None:
+    def __init__(
+        self, engine: Engine, hub: FeedHub, settings: Settings, handoff: Handoff | None = None
+    ) -> None:
         self.engine = engine
         self.hub = hub
         self.settings = settings
+        self.handoff = handoff
+        """`serve`'s live delivery process (`api.live.apart`): an admitted channel's
+        connection goes to it when it can, and this process only waits for its end."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -118,6 +125,21 @@ class LiveChannel:
             await send_error(send, err)
             return
         hub = self.hub
+        handoff = self.handoff
+        handed = handoff.hand(scope) if handoff is not None else None
+        if handed is not None:
+            assert handoff is not None
+            scope.setdefault("state", {})[HANDED_ON] = True  # its line is the other process's
+            hub.channels += 1
+            try:
+                await handed_until_gone(receive)
+            except asyncio.CancelledError:  # the server is forced to stop: nothing is said
+                end_connection(handed)
+                raise
+            finally:
+                hub.channels -= 1
+                handoff.release(handed)
+            return
         listener = hub.register(request.execution_id)
         hub.channels += 1
         stream = EventStream(send, hub.backlog.turns)
