@@ -75,7 +75,6 @@ class EngineView(Protocol):
 
     registry: Registry
 
-
 _encode = msgspec.json.encode
 T = TypeVar("T")
 
@@ -159,9 +158,7 @@ class Context:
     def step_done(self, name: str, ok: bool = True, detail: str | None = None) -> Reported:
         return _AT_ONCE
 
-    def progress(
-        self, current: int, total: int | None = None, message: str | None = None
-    ) -> Reported:
+    def progress(self, current: int, total: int | None = None, message: str | None = None) -> Reported:
         return _AT_ONCE
 
     def log(self, message: str, stream: LogStream = "handler") -> Reported:
@@ -306,14 +303,10 @@ class ExecutionContext(Context):
 
     def step_done(self, name: str, ok: bool = True, detail: str | None = None) -> Reported:
         mask = self._mask
-        data = StepCompletedData(
-            mask(str(name)), ok, mask(str(detail)) if detail is not None else None
-        )
+        data = StepCompletedData(mask(str(name)), ok, mask(str(detail)) if detail is not None else None)
         return self._emit("execution.step.completed", _encode(data))
 
-    def progress(
-        self, current: int, total: int | None = None, message: str | None = None
-    ) -> Reported:
+    def progress(self, current: int, total: int | None = None, message: str | None = None) -> Reported:
         shown = self._mask(str(message)) if message is not None else None
         view = ProgressView(max(0, int(current)), total, shown)
         return self._emit("execution.progress", _encode(view))
@@ -376,7 +369,8 @@ class ExecutionContext(Context):
 
     def _full(self, adding: int = 0) -> bool:
         return (
-            len(self._pending) >= self.max_events or self._pending_bytes + adding > self.max_bytes
+            len(self._pending) >= self.max_events
+            or self._pending_bytes + adding > self.max_bytes
         )
 
     def over_bound(self) -> bool:

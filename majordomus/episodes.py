@@ -139,6 +139,7 @@ class Episode(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Their ids, oldest first (the newest 200)."""
 
 
+
 def checked_external_id(external_id: str) -> str:
     """The id as given, or `invalid_input` when it is blank, multi-line or too long."""
     if not external_id.strip():
@@ -157,3 +158,4 @@ def checked_external_id(external_id: str) -> str:
             "send a shorter id (a conversation or thread id)",
         )
     return external_id
+

@@ -51,11 +51,7 @@ class EpochWatch:
         if lost:
             self.lost_at = now_stamp()[0]
             self.lost_partitions = lost
-            where = (
-                "Redis"
-                if len(current) == 1
-                else f"partition(s) {', '.join(map(str, lost))} of Redis"
-            )
+            where = "Redis" if len(current) == 1 else f"partition(s) {', '.join(map(str, lost))} of Redis"
             log.error(
                 "%s lost its data (its epoch marker is new: restarted without persistence, "
                 "replaced empty, or flushed): executions queued or running there before are "

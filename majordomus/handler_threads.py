@@ -25,13 +25,7 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-HandlerCall = tuple[
-    asyncio.AbstractEventLoop,
-    "asyncio.Future[Any]",
-    Callable[..., Any],
-    tuple[Any, ...],
-    contextvars.Context,
-]
+HandlerCall = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[..., Any], tuple[Any, ...], contextvars.Context]
 
 
 class HandlerThreads:

@@ -129,7 +129,9 @@ class Capability:
         return schema_of(self.output)
 
 
-def derive_exposure(cap_id: str, kind: Kind, mcp: Any, http: Any, cli: Any) -> Exposure:
+def derive_exposure(
+    cap_id: str, kind: Kind, mcp: Any, http: Any, cli: Any
+) -> Exposure:
     module, name = cap_id.split(".", 1)
     if mcp is DERIVED:
         mcp = f"majordomus_{module}_{name}".replace(".", "_")
@@ -141,9 +143,7 @@ def derive_exposure(cap_id: str, kind: Kind, mcp: Any, http: Any, cli: Any) -> E
     return Exposure(mcp, method, path, tuple(cli) if cli is not None else None)
 
 
-def derive_runs_in(
-    cap_id: str, handler: Callable[..., Any], executable: bool, declared: Any
-) -> RunsIn:
+def derive_runs_in(cap_id: str, handler: Callable[..., Any], executable: bool, declared: Any) -> RunsIn:
     """Where a handler runs: as declared, else in the loop when async and in a thread when
     plain. A process needs a handler its module names (a child imports it), and an
     execution (a capability that answers directly runs in its caller)."""

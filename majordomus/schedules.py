@@ -320,9 +320,7 @@ NEXT_TICKS_SHOWN = 5
 """How many coming ticks a schedule's view lists (`ScheduleView.next_ticks`)."""
 
 
-def next_ticks_ms(
-    cron: str, timezone: str, after_ms: int, count: int = NEXT_TICKS_SHOWN
-) -> list[int]:
+def next_ticks_ms(cron: str, timezone: str, after_ms: int, count: int = NEXT_TICKS_SHOWN) -> list[int]:
     """The first `count` ticks strictly after `after_ms` (epoch ms), in epoch ms."""
     it = _iterator(cron, timezone, after_ms)
     return [int(round(it.get_next(float) * 1000)) for _ in range(count)]

@@ -244,7 +244,9 @@ class Sweeper:
             if lost := await self.engine.epochs.check():
                 METRICS.redis_data_lost.add((), float(len(lost)))
         held = self.holding
-        self.holding = await self.store.hold_sweeper_lock(self.holder, self.lock_ms, renew=held)
+        self.holding = await self.store.hold_sweeper_lock(
+            self.holder, self.lock_ms, renew=held
+        )
         if self.holding != held:
             self._say_turn(held)
         if not self.holding:
@@ -313,9 +315,7 @@ class Sweeper:
             ]
             await self.store.let_go(worker_id, gone)
             if any(not r.complete and r.found and r.state not in FINAL for r in results):
-                log.info(
-                    "worker %s renewed its lease while being swept: it keeps the rest", worker_id
-                )
+                log.info("worker %s renewed its lease while being swept: it keeps the rest", worker_id)
                 break
         if failed:
             shown = ", ".join(failed[:SHOWN_IDS])

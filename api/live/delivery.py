@@ -62,7 +62,7 @@ class Wire(asyncio.Protocol):
     def __init__(self, sock: socket.socket, http_version: str) -> None:
         self.sock = sock
         self.chunked_ok = http_version == "1.1"
-        self.transport: asyncio.Transport | None = None
+        self.transport: Any = None  # uvloop's is not asyncio's class
         self.gone = asyncio.get_running_loop().create_future()
         self._drained: asyncio.Future[None] | None = None
         self._requested = False
@@ -70,7 +70,7 @@ class Wire(asyncio.Protocol):
         self._ended = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  uvloop's is not asyncio's class
+        self.transport = transport
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
 
     def data_received(self, data: bytes) -> None:

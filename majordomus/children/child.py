@@ -227,13 +227,8 @@ def _raised(exc: BaseException) -> wire.Raised:
         return wire.Raised(type(exc).__name__, text, shown, rss, cancelled=True)
     if isinstance(exc, MajordomusError):
         return wire.Raised(
-            type(exc).__name__,
-            text,
-            shown,
-            rss,
-            code=exc.code,
-            message=exc.message,
-            suggestion=exc.suggestion,
+            type(exc).__name__, text, shown, rss,
+            code=exc.code, message=exc.message, suggestion=exc.suggestion,
         )
     pickled: bytes | None = None
     try:

@@ -131,9 +131,7 @@ def rebuilt(answer: wire.Raised, execution_id: str) -> BaseException:
 class Child:
     """One child process and the worker's end of its pipe."""
 
-    def __init__(
-        self, pool: ChildPool, process: multiprocessing.process.BaseProcess, conn: Connection
-    ) -> None:
+    def __init__(self, pool: ChildPool, process: multiprocessing.process.BaseProcess, conn: Connection) -> None:
         self.pool = pool
         self.process = process
         self.conn = conn
@@ -250,10 +248,7 @@ class _Ended(Exception):
 
 def start_method(settings: Settings) -> str:
     """`forkserver` where the platform has it (else `spawn`), or `spawn` when asked."""
-    if (
-        settings.child_start == "forkserver"
-        and "forkserver" in multiprocessing.get_all_start_methods()
-    ):
+    if settings.child_start == "forkserver" and "forkserver" in multiprocessing.get_all_start_methods():
         return "forkserver"
     return "spawn"
 
@@ -293,9 +288,7 @@ class ChildPool:
             parent_end.close()
             child_end.close()
             log.error("capability %s: a child process could not be started: %s", self.cap.id, exc)
-            raise ChildUnavailable(
-                self.cap.id, f"a child could not be started: {exc}", execution_id
-            ) from None
+            raise ChildUnavailable(self.cap.id, f"a child could not be started: {exc}", execution_id) from None
         child_end.close()  # the child's now: its death closes the pipe for the reader
         self.started += 1
         METRICS.children_started.add((self.cap.id,), 1.0)
@@ -356,9 +349,7 @@ class ChildPool:
             self.settings.child_max_executions and child.runs >= self.settings.child_max_executions
         ) or (limit_mb and child.rss > limit_mb * 1024 * 1024):
             self.recycled += 1
-            self._retire(
-                child, f"after {child.runs} executions ({child.rss / 2**20:.0f} MiB resident)"
-            )
+            self._retire(child, f"after {child.runs} executions ({child.rss / 2**20:.0f} MiB resident)")
             self.warm()
             return
         child.idle_since = time.monotonic()
@@ -391,9 +382,7 @@ class ChildPool:
         if how == "died":
             log.warning(
                 "capability %s: its child %s ended: %s",
-                self.cap.id,
-                child.pid,
-                how_it_ended(child.exitcode),
+                self.cap.id, child.pid, how_it_ended(child.exitcode),
             )
 
     # -- running ----------------------------------------------------------------------

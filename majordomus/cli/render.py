@@ -379,9 +379,7 @@ def capability_view(
                 ("max concurrency", view.max_concurrency),
                 (
                     "per key",
-                    f"{view.per_key.limit} at once per {view.per_key.member}"
-                    if view.per_key
-                    else None,
+                    f"{view.per_key.limit} at once per {view.per_key.member}" if view.per_key else None,
                 ),
                 ("rate limit", _rate_text(view.rate_limit)),
                 ("collapse", _collapse_text(view.collapse)),
@@ -673,13 +671,8 @@ def queued_table(groups: list[QueuedCapability]) -> RenderableType:
     if not groups:
         return Text("nothing queued", style="dim")
     columns: list[Column] = [
-        "capability",
-        ("count", NUMBER),
-        ("held", NUMBER),
-        ("oldest wait", NUMBER),
-        "oldest",
-        ("delayed", NUMBER),
-        "next due",
+        "capability", ("count", NUMBER), ("held", NUMBER), ("oldest wait", NUMBER), "oldest",
+        ("delayed", NUMBER), "next due",
     ]
     rows = (
         (

@@ -55,7 +55,8 @@ class Pending(MajordomusError):
     def __init__(self, snapshot: ExecutionSnapshot, waited: float) -> None:
         super().__init__(
             "unavailable",
-            f"{snapshot.capability} is still {snapshot.state} as {snapshot.id} after {waited:g} s",
+            f"{snapshot.capability} is still {snapshot.state} as {snapshot.id} after "
+            f"{waited:g} s",
             "wait longer (result(timeout=None) waits until it ends), or follow its events",
             snapshot.id,
         )
@@ -85,10 +86,8 @@ def outcome(snapshot: ExecutionSnapshot) -> Any:
     if snapshot.state == "succeeded":
         return None if snapshot.output is msgspec.UNSET else snapshot.output
     error = snapshot.error if isinstance(snapshot.error, ExecutionError) else None
-    code: Any = (
-        error.code
-        if error is not None
-        else ("cancelled" if snapshot.state == "cancelled" else "internal")
+    code: Any = error.code if error is not None else (
+        "cancelled" if snapshot.state == "cancelled" else "internal"
     )
     message = error.message if error is not None else f"the execution ended {snapshot.state}"
     suggestion = error.suggestion if error is not None and error.suggestion else None

@@ -195,10 +195,8 @@ class RedisTransport:
         cap_id = request.capability
         # As the `executions.start` route hands it to the engine (a start with no option
         # as one: its plan is shared).
-        plain = (
-            request.start_at is None
-            and request.delay_ms is None
-            and not (request.priority or request.idempotency_key or request.timeout_ms)
+        plain = request.start_at is None and request.delay_ms is None and not (
+            request.priority or request.idempotency_key or request.timeout_ms
         )
         try:
             if cap_id not in engine.registry and cap_id not in engine.published:
@@ -381,7 +379,9 @@ class HttpTransport:
             "start it (majordomus serve, or majordomus dev) or fix the API's URL",
         )
 
-    async def request(self, method: str, path: str, raw_input: dict[str, Any] | None = None) -> Any:
+    async def request(
+        self, method: str, path: str, raw_input: dict[str, Any] | None = None
+    ) -> Any:
         """One route: a `GET` with the input as its query, any other method with it as a
         JSON body. The answer's JSON, or its error envelope raised as `MajordomusError`."""
         return await self.answer(method, path, raw_input, Any)

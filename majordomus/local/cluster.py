@@ -282,6 +282,5 @@ class LocalCluster:
     def logs(self) -> str:
         """The tail of every server's log (what a failed wait shows)."""
         return "".join(
-            f"\n--- {log.name}\n" + log.read_text()[-2000:]
-            for log in sorted(self.dir.glob("*.log"))
+            f"\n--- {log.name}\n" + log.read_text()[-2000:] for log in sorted(self.dir.glob("*.log"))
         )

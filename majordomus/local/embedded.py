@@ -217,18 +217,12 @@ class EmbeddedRedis:
         self.process = subprocess.Popen(
             [
                 self.binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                self.dir,
-                "--protected-mode",
-                "no",
+                "--port", str(self.port),
+                "--bind", "127.0.0.1",
+                "--save", "",
+                "--appendonly", "no",
+                "--dir", self.dir,
+                "--protected-mode", "no",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -302,9 +296,7 @@ class DevRedis:
         """The API's client: a waiting pool of at most `max_connections`, named `name`."""
         if self.fake is None:
             return api_client(self.url, max_connections, name)
-        return connect(
-            None, wait=True, name=name, max_connections=max_connections, fake_server=self.fake
-        )
+        return connect(None, wait=True, name=name, max_connections=max_connections, fake_server=self.fake)
 
     def worker_client(self) -> Any:
         """The worker's arq client."""

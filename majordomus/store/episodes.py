@@ -25,7 +25,6 @@ log = logging.getLogger("majordomus.episodes")
 REAP_BATCH = 100
 """Episodes the reaper closes in one pass at most; the next pass takes the rest."""
 
-
 def _text(raw: dict[bytes, bytes], name: str) -> str:
     return raw.get(name.encode(), b"").decode()
 

@@ -418,9 +418,7 @@ class ExecutionStore(StoreBase):
             return None
         last_seq = int(last)
         entries = result[0] if limit > 0 else []
-        read_to = (
-            int(entries[min(len(entries), limit) - 1][0].split(b"-", 1)[0]) if entries else after
-        )
+        read_to = int(entries[min(len(entries), limit) - 1][0].split(b"-", 1)[0]) if entries else after
         more = len(entries) > limit or last_seq > max(after, read_to)
         entries = entries[:limit]
         first_retained = max(1, last_seq - LIMITS.stream_events + 1)

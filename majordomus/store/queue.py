@@ -146,9 +146,8 @@ class QueueStore(StoreBase):
                 self._unanswered[part.index] = mine
                 self._silent[part.index] = time.monotonic() + SILENT_PARTITION_SECONDS
                 log.warning(
-                    "partition %d of Redis did not answer a take: taking from the others for %g s",
-                    part.index,
-                    SILENT_PARTITION_SECONDS,
+                    "partition %d of Redis did not answer a take: taking from the others "
+                    "for %g s", part.index, SILENT_PARTITION_SECONDS,
                 )
                 continue
             self._unanswered.pop(part.index, None)
@@ -196,9 +195,7 @@ class QueueStore(StoreBase):
         with blocking_reads(seconds * 1000):
             async with self.redis.pipeline(transaction=False) as pipe:
                 pipe.execute_command("BLMOVE", part.wakeup, woken, "LEFT", "LEFT", f"{seconds:.3f}")
-                pipe.execute_command(
-                    "EVALSHA", self._takes[0].sha, len(keys), *keys, *args, woken, stopping
-                )
+                pipe.execute_command("EVALSHA", self._takes[0].sha, len(keys), *keys, *args, woken, stopping)
                 try:
                     _, answer = await pipe.execute()
                 except NoScriptError:  # Redis lost its scripts (restarted): load, take plainly
@@ -304,9 +301,7 @@ class QueueStore(StoreBase):
         slots that ran out without a terminal event). Answers how many moved."""
         moved = 0
         for part, script in zip(self.keys.partitions, self._key_upkeeps, strict=True):
-            moved += int(
-                await script(keys=[part.keys_waiting(capability)], args=[capability, limit])
-            )
+            moved += int(await script(keys=[part.keys_waiting(capability)], args=[capability, limit]))
         return moved
 
     async def key_waiting_counts(

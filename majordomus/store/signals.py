@@ -81,9 +81,7 @@ class SignalStore(StoreBase):
                     await pubsub.ping(_PING)
                 if message is None or message.get("type") != "message":
                     continue
-                kind: Literal["wake", "cancel"] = (
-                    "cancel" if message["channel"] == cancel else "wake"
-                )
+                kind: Literal["wake", "cancel"] = "cancel" if message["channel"] == cancel else "wake"
                 yield Signal(kind, message["data"].decode())
         finally:
             await pubsub.aclose()

@@ -95,9 +95,7 @@ class WorkerStore(StoreBase):
             for part in k.partitions:
                 if part.index in renewing:
                     continue  # the last one is still out: its partition does not answer
-                task = asyncio.ensure_future(
-                    self.redis.set(part.lease(worker_id), beat_ms, px=lease_ms)
-                )
+                task = asyncio.ensure_future(self.redis.set(part.lease(worker_id), beat_ms, px=lease_ms))
                 renewing[part.index] = task
                 task.add_done_callback(functools.partial(self._renewal_done, part.index, renewed))
             drained = await self._presence(worker_id, presence, beat_ms)

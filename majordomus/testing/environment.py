@@ -177,7 +177,9 @@ class Environment:
         )
         self._sweeper.start()
         if self.clock is not None:
-            self._skipper = Skipper(self.clock, engine, lambda: self.workers, self._settle_seconds)
+            self._skipper = Skipper(
+                self.clock, engine, lambda: self.workers, self._settle_seconds
+            )
         for _ in range(self._initial_workers):
             await self.start_worker()
         if self._skipper is not None:
@@ -185,11 +187,7 @@ class Environment:
 
     def _settings_for(self, redis: EnvironmentRedis, names: list[str]) -> Settings:
         given = msgspec.structs.asdict(self._base_settings) if self._base_settings else {}
-        fixed: dict[str, Any] = {
-            "redis_url": redis.url,
-            "capabilities": names,
-            "metrics_port": None,
-        }
+        fixed: dict[str, Any] = {"redis_url": redis.url, "capabilities": names, "metrics_port": None}
         if redis.key_prefix is not None:
             fixed["key_prefix"] = redis.key_prefix
         return Settings.from_env({}, **{**given, **fixed, **self._overrides})

@@ -111,9 +111,7 @@ def _options(request: pytest.FixtureRequest) -> tuple[Any, dict[str, Any]]:
     if marker is not None:
         if marker.args:
             first = marker.args[0]
-            capabilities = (
-                first if len(marker.args) == 1 and not isinstance(first, str) else list(marker.args)
-            )
+            capabilities = first if len(marker.args) == 1 and not isinstance(first, str) else list(marker.args)
         options.update(marker.kwargs)
         capabilities = options.pop("capabilities", capabilities)
     return capabilities, options

@@ -77,9 +77,7 @@ def _recording(previous: Callable[..., asyncio.Future[Any]] | None) -> Callable[
     def factory(
         loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], **kwargs: Any
     ) -> asyncio.Future[Any]:
-        task = (
-            previous(loop, coro, **kwargs) if previous else asyncio.Task(coro, loop=loop, **kwargs)
-        )
+        task = previous(loop, coro, **kwargs) if previous else asyncio.Task(coro, loop=loop, **kwargs)
         context = kwargs.get("context")
         owner = context.get(_OWNER) if context is not None else _OWNER.get()
         if owner is not None:
@@ -142,9 +140,7 @@ class InProcessWorker:
         context = contextvars.copy_context()
         context.run(_OWNER.set, self)
         self._main = main = asyncio.get_running_loop().create_task(
-            self.worker.async_run(),
-            name=f"majordomus-testing-worker-{self.number}",
-            context=context,
+            self.worker.async_run(), name=f"majordomus-testing-worker-{self.number}", context=context
         )
         self.tasks.add(main)
         loop = asyncio.get_running_loop()
