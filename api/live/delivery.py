@@ -240,10 +240,8 @@ class Delivery:
         except Exception:  # noqa: BLE001  the channel answers its own errors; this is a bug
             log.exception("live delivery: a channel failed")
         finally:
-            wire.end()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(wire.gone), STOP_SECONDS)
-            if not wire.gone.done():
+            wire.end()  # what is written goes, bounded: a client that reads nothing is dropped
+            if not await within(STOP_SECONDS, asyncio.shield(wire.gone)):
                 wire.abort()
             self.wires.discard(wire)
             own.close()
