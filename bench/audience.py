@@ -30,6 +30,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import httpx
+
 from bench.harness import (
     Bench,
     Child,
@@ -79,6 +81,8 @@ class Phase:
         self.lagged = 0
         self.dropped = 0
         self.opened = 0
+        self.delivered_by = ""
+        """Which process wrote to the listeners: `serve`'s delivery process or the API."""
 
 
 async def run(bench: Bench) -> list[Row]:
@@ -105,6 +109,7 @@ async def run(bench: Bench) -> list[Row]:
                     if listening is not None:
                         await _until_ready(listening[0])
                         await asyncio.sleep(1)
+                        phase.delivered_by = await _delivered_by(base_url)
                     await _measure(bench, http, phase, starts)
                 finally:
                     if listening is not None:
@@ -235,6 +240,13 @@ async def _measure(bench: Bench, http: Poster, phase: Phase, n: int) -> None:
     phase.rate = len(started) / max(1e-9, max(started) - first)
 
 
+async def _delivered_by(base_url: str) -> str:
+    """What the API's probe says of its live channels' delivery (`api.live.apart`)."""
+    async with httpx.AsyncClient(base_url=base_url) as client:
+        pid = (await client.get("/api/v1/live")).json().get("delivery_pid")
+    return f"serve's delivery process ({pid})" if pid else "the API process itself"
+
+
 def _timestamp(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
@@ -292,7 +304,8 @@ def _rows(bench: Bench, phases: list[Phase], starts: int) -> list[Row]:
             f"audience: {starts:,} starts at {RATE}/s with {phase.listeners} listeners "
             f"({phase.opened} opened): they were sent {phase.received:,} events and "
             f"{phase.lagged:,} stream.lagged saying {phase.dropped:,} dropped; "
-            f"{phase.failed} starts refused; " + _parts(phase, base)
+            f"{phase.failed} starts refused; written by {phase.delivered_by}; "
+            + _parts(phase, base)
         )
     bench.note(
         f"audience: with no listener, start p50 {ms(percentile(base.latencies, 50)):.1f} ms, "

@@ -192,3 +192,25 @@ def test_live_apart_off_keeps_delivery_in_the_api(own_api: Any) -> None:
         assert "delivery_pid" not in client.get("/api/v1/live").json()
     children = psutil.Process(server.pid).children()
     assert not any("live.delivery" in " ".join(c.cmdline()) for c in children)
+
+
+def test_a_killed_serve_leaves_no_delivery_process_and_its_channels_are_told(
+    own_api: Any,
+) -> None:
+    server: ApiProcess = own_api()
+    with server.client() as client:
+        pid = delivery_pid(client)
+        messages: list[Message] = []
+        with client.stream("GET", "/events", headers=ACCEPT) as response:
+            assert response.headers["connection"] == "close"
+            for sse in EventSource(response).iter_sse():
+                messages.append(Message(sse.event, sse.data, sse.id or None))
+                if sse.event == "stream.ready":
+                    assert server.process is not None
+                    server.process.kill()  # no word to the delivery process: its link ends
+    assert messages[-1].event == "stream.closing"
+    assert messages[-1].data["data"]["reason"] == "server stopping"
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the delivery process outlived its serve"
+        time.sleep(0.05)
