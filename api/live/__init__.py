@@ -5,7 +5,11 @@
 - `api.live.scopes`: what a channel on one execution and one on every execution each
   send, and how each catches up from Redis when its listener fell behind;
 - `api.live.channel`: `LiveChannel`, the ASGI endpoint: admission, the request, the loop;
-- `api.live.sse`: the server-sent events framing over raw ASGI.
+- `api.live.sse`: the server-sent events framing over raw ASGI;
+- `api.live.apart`: the API's side of `serve`'s delivery process: an admitted channel's
+  connection handed to it, the process started again when it dies;
+- `api.live.delivery`: that process: the same `LiveChannel` on a feed reader of its own,
+  over the connections the API hands it.
 
 Everything here reads Redis through the engine; nothing checks origins or tokens
 (`api.access` does, before a request gets here).

@@ -182,10 +182,12 @@ class Delivery:
         self.wires: set[Wire] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.stopped = asyncio.Event()
+        self.reading = False
+        """Its feed reader runs from its first channel on: a `serve` nobody listens to pays
+        nothing for it (the channel waits, bounded, for the reader's first cursor)."""
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        await self.hub.start()
         self.link.setblocking(False)
         loop.add_reader(self.link.fileno(), self._take)
         loop.add_signal_handler(signal.SIGTERM, self.stopped.set)
@@ -223,6 +225,9 @@ class Delivery:
 
     async def _serve(self, sock: socket.socket, handed: HandedScope) -> None:
         loop = asyncio.get_running_loop()
+        if not self.reading:
+            self.reading = True
+            await self.hub.start()
         # The loop's transport owns `sock`; a duplicate of our own ends the connection for
         # both processes when it is done (closing ours alone would not: the API holds one).
         own = socket.socket(fileno=os.dup(sock.fileno()))

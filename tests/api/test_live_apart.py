@@ -11,12 +11,14 @@ once and a new one takes over; when `serve` stops, its channels end with `stream
 from __future__ import annotations
 
 import signal
+import socket
 import time
 from typing import Any
 
 import httpx
 import psutil
 import pytest
+import redis as redis_sync
 from httpx_sse import EventSource
 
 from tests.api.conftest import TERMINAL, ApiProcess, Message, WorkerChild, start, wait_final
@@ -214,3 +216,33 @@ def test_a_killed_serve_leaves_no_delivery_process_and_its_channels_are_told(
     while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the delivery process outlived its serve"
         time.sleep(0.05)
+
+
+def feed_reads(redis_url: str, pid: int) -> int:
+    """The delivery process `pid`'s Redis connections blocked in a read (its feed reader's)."""
+    client = redis_sync.Redis.from_url(redis_url)
+    try:
+        return sum(
+            1
+            for c in client.client_list()
+            if c.get("name", "") == f"majordomus-live:{socket.gethostname()}:{pid}"
+            and "b" in c.get("flags", "")
+        )
+    finally:
+        client.close()
+
+
+def test_the_delivery_process_follows_the_feed_only_once_someone_listens(
+    own_api: Any, suite_redis_url: str
+) -> None:
+    server: ApiProcess = own_api()
+    with server.client() as client:
+        pid = delivery_pid(client)
+        time.sleep(0.5)
+        assert feed_reads(suite_redis_url, pid) == 0  # an audience of none costs nothing
+        with client.stream("GET", "/events", headers=ACCEPT) as response:
+            assert next(response.iter_lines()).startswith("event: stream.ready")
+            deadline = time.monotonic() + 5
+            while feed_reads(suite_redis_url, pid) != 1:
+                assert time.monotonic() < deadline, "the delivery process does not follow the feed"
+                time.sleep(0.05)
