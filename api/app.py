@@ -381,7 +381,8 @@ def create_app(
     async def metrics() -> Response[Any]:
         # Not a capability (no execution, no MCP tool, not in the OpenAPI document): a
         # scrape in Prometheus' text format, answered whatever Redis does (majordomus.metrics).
-        families = await cluster_families(engine, listeners=hub.listeners)
+        handed = handoff.channels if handoff is not None else 0  # its delivery process's
+        families = await cluster_families(engine, listeners=hub.listeners + handed)
         # The header given whole: Litestar appends `; charset=utf-8` to a `text/` media
         # type, so one that already names its charset would carry it twice.
         return Response(

@@ -43,7 +43,7 @@ async def cluster_families(engine: Engine, listeners: int | None = None) -> list
         families.append(
             GaugeMetricFamily(
                 "majordomus_live_listeners",
-                "Live-channel listeners and long polls this API process is feeding now.",
+                "Live-channel listeners and long polls this API process (and its live delivery process) is feeding now.",
                 value=listeners,
             )
         )

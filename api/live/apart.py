@@ -224,6 +224,11 @@ class Handoff:
         )
         self._restart = loop.call_later(RESTART_SECONDS, self.start)
 
+    @property
+    def channels(self) -> int:
+        """The channels handed over that are still open."""
+        return len(self.handed)
+
     def hand(self, scope: Scope) -> socket.socket | None:
         """Hand the connection of `scope`'s request to the delivery process; its socket's
         duplicate when done (None: the API serves it itself)."""

@@ -241,8 +241,12 @@ def test_the_delivery_process_follows_the_feed_only_once_someone_listens(
         time.sleep(0.5)
         assert feed_reads(suite_redis_url, pid) == 0  # an audience of none costs nothing
         with client.stream("GET", "/events", headers=ACCEPT) as response:
-            assert next(response.iter_lines()).startswith("event: stream.ready")
+            lines = response.iter_lines()  # kept: an iterator dropped closes the response
+            assert next(lines).startswith("event: stream.ready")
             deadline = time.monotonic() + 5
             while feed_reads(suite_redis_url, pid) != 1:
                 assert time.monotonic() < deadline, "the delivery process does not follow the feed"
                 time.sleep(0.05)
+            # The operator's figures count it: the API's channels, and its listeners metric.
+            assert client.get("/api/v1/live").json()["channels"] == 1
+            assert "majordomus_live_listeners 1.0" in client.get("/metrics").text.splitlines()
