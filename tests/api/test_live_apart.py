@@ -158,8 +158,9 @@ def test_a_dead_delivery_process_ends_its_channels_and_a_new_one_takes_over(
             assert held_by(second, server.port) == 1
 
 
-def test_serve_stopping_ends_the_handed_channels_with_stream_closing(own_api: Any) -> None:
-    server: ApiProcess = own_api()
+def signalled_while_listening(server: ApiProcess, sig: int) -> tuple[int, list[Message]]:
+    """The delivery process's pid, and what a handed channel received when `serve` was
+    sent `sig` right after its `stream.ready`, to the channel's end."""
     with server.client() as client:
         pid = delivery_pid(client)
         messages: list[Message] = []
@@ -169,7 +170,13 @@ def test_serve_stopping_ends_the_handed_channels_with_stream_closing(own_api: An
                 messages.append(Message(sse.event, sse.data, sse.id or None))
                 if sse.event == "stream.ready":
                     assert server.process is not None
-                    server.process.send_signal(signal.SIGTERM)
+                    server.process.send_signal(sig)
+    return pid, messages
+
+
+def test_serve_stopping_ends_the_handed_channels_with_stream_closing(own_api: Any) -> None:
+    server: ApiProcess = own_api()
+    pid, messages = signalled_while_listening(server, signal.SIGTERM)
     assert messages[-1].event == "stream.closing"
     assert messages[-1].data["data"]["reason"] == "server stopping"
     assert server.stop(timeout=15) == 0
@@ -200,16 +207,8 @@ def test_a_killed_serve_leaves_no_delivery_process_and_its_channels_are_told(
     own_api: Any,
 ) -> None:
     server: ApiProcess = own_api()
-    with server.client() as client:
-        pid = delivery_pid(client)
-        messages: list[Message] = []
-        with client.stream("GET", "/events", headers=ACCEPT) as response:
-            assert response.headers["connection"] == "close"
-            for sse in EventSource(response).iter_sse():
-                messages.append(Message(sse.event, sse.data, sse.id or None))
-                if sse.event == "stream.ready":
-                    assert server.process is not None
-                    server.process.kill()  # no word to the delivery process: its link ends
+    # SIGKILL: no word to the delivery process, whose link to the API ends.
+    pid, messages = signalled_while_listening(server, signal.SIGKILL)
     assert messages[-1].event == "stream.closing"
     assert messages[-1].data["data"]["reason"] == "server stopping"
     deadline = time.monotonic() + 10
