@@ -211,7 +211,12 @@ class Handoff:
             self._link = None
         self.ready = False
         process, self.process = self.process, None
-        code = process.wait() if process is not None else None
+        code = None
+        if process is not None:
+            code = process.poll()
+            if code is None:  # alive without its link: of no use, and not waited for here
+                process.kill()
+                code = process.wait()
         for sock in list(self.handed):
             end_connection(sock)
         if self._stopping:
