@@ -108,18 +108,20 @@ class ConnectionBook:
         book = self.transports
 
         class Booked(base):  # type: ignore[valid-type, misc]
+            majordomus_booked: tuple[tuple[str, int], asyncio.BaseTransport] | None = None
+            """Ours, not uvicorn's: the key and transport this connection is booked as."""
+
             def connection_made(self, transport: asyncio.BaseTransport) -> None:
                 peer = _peer(transport)
                 if peer is not None:
                     book[peer] = transport
+                    self.majordomus_booked = (peer, transport)
                 super().connection_made(transport)
 
             def connection_lost(self, exc: Exception | None) -> None:
-                transport = getattr(self, "transport", None)
-                if transport is not None:
-                    peer = _peer(transport)
-                    if peer is not None and book.get(peer) is transport:
-                        del book[peer]
+                booked = self.majordomus_booked
+                if booked is not None and book.get(booked[0]) is booked[1]:
+                    del book[booked[0]]
                 super().connection_lost(exc)
 
         Booked.__name__ = Booked.__qualname__ = f"Booked{base.__name__}"
