@@ -38,7 +38,7 @@ import time
 from typing import Any
 
 import msgspec
-from litestar.types import Receive, Scope
+from litestar.types import Scope
 
 from majordomus.config import Settings
 
@@ -158,8 +158,6 @@ class Handoff:
         self._link: socket.socket | None = None
         self._restart: asyncio.TimerHandle | None = None
         self._stopping = False
-        self.started = 0
-        """Delivery processes started (the first, and each after one died)."""
 
     def start(self) -> None:
         """Start the delivery process; it takes connections once it says it is ready."""
@@ -178,7 +176,6 @@ class Handoff:
             return
         finally:
             theirs.close()
-        self.started += 1
         ours.setblocking(False)
         ours.send(msgspec.json.encode(self.settings))
         self._link = ours
@@ -306,10 +303,3 @@ def end_connection(sock: socket.socket) -> None:
     """End a connection whichever process holds it: both sides read its end."""
     with contextlib.suppress(OSError):
         sock.shutdown(socket.SHUT_RDWR)
-
-
-async def handed_until_gone(receive: Receive) -> None:
-    """The API's part once a connection is handed over: wait for the connection to end
-    (the delivery process ends it, or the client goes), writing nothing."""
-    while (await receive())["type"] != "http.disconnect":
-        pass

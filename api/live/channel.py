@@ -24,7 +24,7 @@ from litestar.types import Receive, Scope, Send
 from majordomus.api.access import header
 from majordomus.api.access_log import HANDED_ON
 from majordomus.api.errors import classify, send_error
-from majordomus.api.live.apart import Handoff, end_connection, handed_until_gone
+from majordomus.api.live.apart import Handoff, end_connection
 from majordomus.api.live.feed import FeedEntry, FeedHub, Listener
 from majordomus.api.live.scopes import ChannelScope, ExecutionScope, FeedScope
 from majordomus.api.live.sse import (
@@ -132,7 +132,8 @@ class LiveChannel:
             scope.setdefault("state", {})[HANDED_ON] = True  # its line is the other process's
             hub.channels += 1
             try:
-                await handed_until_gone(receive)
+                # Only the connection's end is awaited: this process writes nothing more.
+                await watch_disconnect(receive, None)
             except asyncio.CancelledError:  # the server is forced to stop: nothing is said
                 end_connection(handed)
                 raise

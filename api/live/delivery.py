@@ -124,8 +124,8 @@ class Wire(asyncio.Protocol):
             body = message.get("body", b"")
             more = message.get("more_body", False)
             if self._chunked:
-                if body:
-                    transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+                if body:  # the body itself is not copied into a chunk
+                    transport.writelines((b"%x\r\n" % len(body), body, b"\r\n"))
                 if not more:
                     transport.write(b"0\r\n\r\n")
             elif body:
