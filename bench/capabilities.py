@@ -87,6 +87,9 @@ class EmitOutput(msgspec.Struct):
     events: int
     elapsed_ms: float
     """From the first report to the last one written (the terminal event follows)."""
+    began: float = 0.0
+    """time.time() as the handler began (`bench.audience`'s start latency, to the
+    microsecond where the stored `started_at` has milliseconds)."""
 
 
 @capability(
@@ -97,13 +100,14 @@ class EmitOutput(msgspec.Struct):
     description="Reports progress in a tight loop; the event rate one handler reaches.",
 )
 async def emit(ctx: Context, value: EmitInput) -> EmitOutput:
+    began = time.time()
     t0 = time.perf_counter()
     total = value.events
     for i in range(total):
         ctx.progress(i + 1, total)
         if i % 256 == 255:
             await asyncio.sleep(0)
-    return EmitOutput(total, (time.perf_counter() - t0) * 1000)
+    return EmitOutput(total, (time.perf_counter() - t0) * 1000, began)
 
 
 class HoldInput(msgspec.Struct, forbid_unknown_fields=True):

@@ -182,15 +182,13 @@ class Delivery:
         self.wires: set[Wire] = set()
         self.tasks: set[asyncio.Task[None]] = set()
         self.stopped = asyncio.Event()
-        self.reading = False
-        """Its feed reader runs from its first channel on: a `serve` nobody listens to pays
-        nothing for it (the channel waits, bounded, for the reader's first cursor)."""
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         self.link.setblocking(False)
         loop.add_reader(self.link.fileno(), self._take)
         loop.add_signal_handler(signal.SIGTERM, self.stopped.set)
+        await self.hub.start()  # its reader reads while a channel is open (`FeedHub`)
         self.link.send(READY)
         try:
             await self.stopped.wait()
@@ -225,9 +223,6 @@ class Delivery:
 
     async def _serve(self, sock: socket.socket, handed: HandedScope) -> None:
         loop = asyncio.get_running_loop()
-        if not self.reading:
-            self.reading = True
-            await self.hub.start()
         # The loop's transport owns `sock`; a duplicate of our own ends the connection for
         # both processes when it is done (closing ours alone would not: the API holds one).
         own = socket.socket(fileno=os.dup(sock.fileno()))
@@ -275,6 +270,8 @@ def main(argv: list[str] | None = None) -> None:
     configure_from(settings)
     with contextlib.suppress(OSError):
         os.nice(NICENESS)
+        if os.environ.get("XP_DIDLE"):
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's Ctrl-C is serve's to give
     run_on(choose(settings.fast_loop), Delivery(settings, link).run())
 

@@ -23,6 +23,7 @@ what a channel sends (`api.live.channel`, `api.live.scopes`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -33,7 +34,7 @@ import msgspec
 from majordomus.api.live.sse import sse_event
 from majordomus.config import LIMITS, Settings
 from majordomus.engine import Engine
-from majordomus.errors import unavailable
+from majordomus.errors import MajordomusError, unavailable
 from majordomus.loops import Failures, stop_task, within
 from majordomus.model import TERMINAL_EVENT_TYPES
 from majordomus.states import FINAL
@@ -60,6 +61,9 @@ TURN_BUDGET_SECONDS = 0.0005
 WRITE_BYTES = 32_768
 """The most an unscoped channel writes at once from the backlog (a slow client's server
 buffer holds about this beyond its high-water mark)."""
+REST_SECONDS = 2.0
+"""How long the shared reader goes on reading after its last listener left, before it rests
+(a client that reconnects at once finds it still reading)."""
 READER_BACKOFF_CAP_SECONDS = 2.0
 """The longest wait between two attempts of the shared reader while Redis is away, so live
 channels resume within two seconds of its return."""
@@ -402,7 +406,12 @@ class Listener:
 
 
 class FeedHub:
-    """The one blocking feed read of an API process, fanned out to every listener."""
+    """The one blocking feed read of an API process, fanned out to every listener.
+
+    It reads only while someone listens: the reader starts with the first listener (or the
+    first `ready`) and rests `REST_SECONDS` after the last one left, its backlog and cursor
+    let go (a process nobody listens to reads no feed: each read is a Redis call and a
+    tenth of a core at a busy feed, on the loop that answers starts)."""
 
     def __init__(self, engine: Engine, settings: Settings, buffer: int = LISTENER_BUFFER) -> None:
         self.engine = engine
@@ -432,20 +441,79 @@ class FeedHub:
         self._round: deque[Listener] = deque()
         """The unscoped listeners the current round of `_feed` has still to feed."""
         self._round_work = 0.0
+        self._armed = False
+        """`start` was called: the reader runs while anyone listens."""
+        self._rest: asyncio.TimerHandle | None = None
+        self._resting: set[asyncio.Task[None]] = set()
+        """Readers put to rest, until they have ended."""
+        self._asking = 0
+        """Callers waiting in `ready`: they keep the reader from resting, as listeners do."""
 
     # -- life --
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="majordomus-feed-reader")
+        """From now on, the feed is read while anyone listens."""
+        self._armed = True
+        if self.listeners:
+            self._wanted()
 
     async def stop(self, reason: str = "server stopping") -> None:
         self.close_all(reason)
+        self._armed = False
+        self._cancel_rest()
         if self._feeding is not None:
             self._feeding.cancel()
             self._feeding = None
+        if self._resting:
+            await asyncio.wait(set(self._resting))
         if self._task is not None:
             task, self._task = self._task, None
             await stop_task(task, log)
+            await self.engine.stop_feed_reads()
+
+    def _wanted(self) -> None:
+        """Someone listens: the reader runs (started if it rests)."""
+        self._cancel_rest()
+        if self._task is None and self._armed and not self.closed:
+            self._task = asyncio.create_task(self._run(), name="majordomus-feed-reader")
+
+    def _maybe_rest(self) -> None:
+        """Nobody listens: the reader rests in `REST_SECONDS` unless someone comes."""
+        if self._task is not None and self._rest is None and not self._wanted_by():
+            self._rest = asyncio.get_running_loop().call_later(REST_SECONDS, self._go_rest)
+
+    def _wanted_by(self) -> int:
+        return self.listeners + self._asking
+
+    def _cancel_rest(self) -> None:
+        if self._rest is not None:
+            self._rest.cancel()
+            self._rest = None
+
+    def _go_rest(self) -> None:
+        self._rest = None
+        if self._wanted_by() or self._task is None:
+            return
+        task, self._task = self._task, None
+        if self._feeding is not None:
+            self._feeding.cancel()
+            self._feeding = None
+        # What the next reader starts from: the feed's newest entry then, as at the first.
+        self.cursor = None
+        self.started = asyncio.Event()
+        self.healthy = False
+        self.backlog = Backlog(self.settings.live_backlog, self.settings.partitions)
+        self._round.clear()
+        self._feed_after = 0.0
+        self._again = False
+        resting = asyncio.get_running_loop().create_task(self._put_to_rest(task))
+        self._resting.add(resting)
+        resting.add_done_callback(self._resting.discard)
+        log.debug("feed reader: nobody listens, resting")
+
+    async def _put_to_rest(self, task: asyncio.Task[None]) -> None:
+        await stop_task(task, log)
+        if self._task is None:  # a Redis Cluster's waiting reads end with their reader
             await self.engine.stop_feed_reads()
 
     def close_all(self, reason: str = "server stopping") -> None:
@@ -470,7 +538,11 @@ class FeedHub:
                 if self.cursor is None:
                     self.cursor = newest_cursor(await self.engine.feed_state())
                     self.backlog.base_cursor = self.cursor
+                    for listener in self._all():  # registered before there was a cursor
+                        if listener.start_id is None:
+                            listener.start_id = self.cursor
                     self.started.set()
+                    self._answered(failures)
                 cursor = self.cursor
                 entries = feed_entries(
                     await self.engine.read_feed(cursor, READ_BLOCK_MS, FEED_PAGE), cursor
@@ -480,15 +552,18 @@ class FeedHub:
                 self.healthy = False
                 await failures.pause()
                 continue
-            if not self.healthy:
-                failures.recovered()
-                log.info("feed reader: following the feed from %s", self.cursor)
-            self.healthy = True
+            self._answered(failures)
             if entries:
                 # The cursor moves and the entries go out with no await in between, so a
                 # listener registering now is offered exactly the entries after `cursor`.
                 self.cursor = entries[-1].feed_id
                 self._dispatch(entries)
+
+    def _answered(self, failures: Failures) -> None:
+        if not self.healthy:
+            failures.recovered()
+            log.debug("feed reader: following the feed from %s", self.cursor)
+        self.healthy = True
 
     def _dispatch(self, entries: list[FeedEntry]) -> None:
         self.backlog.add(entries)
@@ -576,6 +651,7 @@ class FeedHub:
             self.scoped.setdefault(execution_id, set()).add(listener)
         if self.closed:
             listener.close("server stopping")
+        self._wanted()
         return listener
 
     def unregister(self, listener: Listener) -> None:
@@ -583,25 +659,35 @@ class FeedHub:
         if listener.execution_id is None:
             self.unscoped.discard(listener)
             self.unparked.discard(listener)
-            return
-        group = self.scoped.get(listener.execution_id)
-        if group is not None:
-            group.discard(listener)
-            if not group:
-                del self.scoped[listener.execution_id]
+        else:
+            group = self.scoped.get(listener.execution_id)
+            if group is not None:
+                group.discard(listener)
+                if not group:
+                    del self.scoped[listener.execution_id]
+        self._maybe_rest()
 
     async def ready(self) -> None:
-        """Wait (bounded) until the reader has its cursor; `unavailable` if Redis is away."""
+        """Wait (bounded) until the reader has its cursor; `unavailable` if Redis is away.
+        What a listener registered before it returns is offered every entry after it."""
         if self.started.is_set():
             return
-        if not await within(HUB_START_WAIT, self.started.wait()):
-            raise unavailable("the live channel cannot reach Redis yet", "try again shortly")
+        self._wanted()
+        self._asking += 1
+        try:
+            if not await within(HUB_START_WAIT, self.started.wait()):
+                raise unavailable("the live channel cannot reach Redis yet", "try again shortly")
+        finally:
+            self._asking -= 1
+            self._maybe_rest()  # asked for, and nobody registered after all
 
     async def read_after(self, execution_id: str, after: int, block_ms: int) -> list[bytes]:
         """`Engine.follow` for `executions.wait`: the events after `after`, waiting on the hub
         (not on a Redis connection of its own) for up to `block_ms` when there are none."""
         listener = self.register(execution_id)
         try:
+            with contextlib.suppress(MajordomusError):  # Redis away: the page read says so
+                await self.ready()
             page = await self.engine.raw_page(execution_id, after, LIMITS.page_events)
             if page is None:
                 return []

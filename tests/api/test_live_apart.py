@@ -10,6 +10,7 @@ once and a new one takes over; when `serve` stops, its channels end with `stream
 
 from __future__ import annotations
 
+import concurrent.futures
 import signal
 import socket
 import time
@@ -21,6 +22,7 @@ import pytest
 import redis as redis_sync
 from httpx_sse import EventSource
 
+from majordomus.api.live.feed import REST_SECONDS
 from tests.api.conftest import TERMINAL, ApiProcess, Message, WorkerChild, start, wait_final
 
 ACCEPT = {"Accept": "text/event-stream"}
@@ -116,7 +118,10 @@ def test_the_unscoped_channel_through_the_delivery_process_misses_nothing(
         assert response.headers["connection"] == "close"
         for sse in EventSource(response).iter_sse():
             if sse.event == "stream.ready":
-                ids = [start(http, "executions.demonstrate", steps=3, delay_ms=20)["id"] for _ in range(3)]
+                ids = [
+                    start(http, "executions.demonstrate", steps=3, delay_ms=20)["id"]
+                    for _ in range(3)
+                ]
                 continue
             message = Message(sse.event, sse.data, sse.id or None)
             assert not message.is_control, message
@@ -217,35 +222,80 @@ def test_a_killed_serve_leaves_no_delivery_process_and_its_channels_are_told(
         time.sleep(0.05)
 
 
-def feed_reads(redis_url: str, pid: int) -> int:
-    """The delivery process `pid`'s Redis connections blocked in a read (its feed reader's)."""
+def feed_reads(redis_url: str, pid: int, who: str = "majordomus-live") -> int:
+    """Process `pid`'s Redis connections blocked in a read (its feed reader's): the delivery
+    process's (`majordomus-live`), or the API's (`majordomus-api`)."""
     client = redis_sync.Redis.from_url(redis_url)
     try:
         return sum(
             1
             for c in client.client_list()
-            if c.get("name", "") == f"majordomus-live:{socket.gethostname()}:{pid}"
+            if c.get("name", "") == f"{who}:{socket.gethostname()}:{pid}"
             and "b" in c.get("flags", "")
         )
     finally:
         client.close()
 
 
-def test_the_delivery_process_follows_the_feed_only_once_someone_listens(
-    own_api: Any, suite_redis_url: str
-) -> None:
+def until_reads(redis_url: str, pid: int, count: int, who: str = "majordomus-live") -> None:
+    deadline = time.monotonic() + REST_SECONDS + 5
+    while (found := feed_reads(redis_url, pid, who)) != count:
+        assert time.monotonic() < deadline, f"{who} {pid}: {found} feed reads, not {count}"
+        time.sleep(0.05)
+
+
+def test_the_feed_is_read_only_while_someone_listens(own_api: Any, suite_redis_url: str) -> None:
     server: ApiProcess = own_api()
     with server.client() as client:
         pid = delivery_pid(client)
         time.sleep(0.5)
-        assert feed_reads(suite_redis_url, pid) == 0  # an audience of none costs nothing
+        # An audience of none costs nothing: neither the API nor the delivery process reads.
+        assert feed_reads(suite_redis_url, pid) == 0
+        assert feed_reads(suite_redis_url, server.pid, "majordomus-api") == 0
         with client.stream("GET", "/events", headers=ACCEPT) as response:
             lines = response.iter_lines()  # kept: an iterator dropped closes the response
             assert next(lines).startswith("event: stream.ready")
-            deadline = time.monotonic() + 5
-            while feed_reads(suite_redis_url, pid) != 1:
-                assert time.monotonic() < deadline, "the delivery process does not follow the feed"
-                time.sleep(0.05)
+            until_reads(suite_redis_url, pid, 1)
+            # Handed over: the API itself still reads nothing.
+            assert feed_reads(suite_redis_url, server.pid, "majordomus-api") == 0
             # The operator's figures count it: the API's channels, and its listeners metric.
             assert client.get("/api/v1/live").json()["channels"] == 1
             assert "majordomus_live_listeners 1.0" in client.get("/metrics").text.splitlines()
+        # The last listener gone, the reader rests; the next channel starts it again and
+        # is sent what happens from then on.
+        until_reads(suite_redis_url, pid, 0)
+        with client.stream("GET", "/events", headers=ACCEPT) as response:
+            lines = response.iter_lines()
+            assert next(lines).startswith("event: stream.ready")
+            until_reads(suite_redis_url, pid, 1)
+            snapshot = start(client, "executions.demonstrate", steps=1)
+            for line in lines:
+                if line.startswith("data:") and snapshot["id"] in line:
+                    break
+
+
+def test_a_resting_api_follows_the_feed_for_its_own_channels_and_long_polls(
+    own_api: Any, suite_redis_url: str
+) -> None:
+    server: ApiProcess = own_api(MAJORDOMUS_LIVE_APART="0")
+    with server.client() as client:
+        time.sleep(0.5)
+        assert feed_reads(suite_redis_url, server.pid, "majordomus-api") == 0
+        with client.stream("GET", "/events", headers=ACCEPT) as response:
+            lines = response.iter_lines()
+            assert next(lines).startswith("event: stream.ready")
+            until_reads(suite_redis_url, server.pid, 1, "majordomus-api")
+        until_reads(suite_redis_url, server.pid, 0, "majordomus-api")
+        # A long poll wakes the resting reader and is answered from it.
+        snapshot = start(client, "executions.demonstrate", steps=4, delay_ms=1000)
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(
+                client.get,
+                "/api/v1/executions/wait",
+                params={"id": snapshot["id"], "timeout_ms": 30000},
+            )
+            until_reads(suite_redis_url, server.pid, 1, "majordomus-api")
+            answer = waiting.result(timeout=30)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["state"] == "succeeded"
+        until_reads(suite_redis_url, server.pid, 0, "majordomus-api")
