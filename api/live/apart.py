@@ -2,8 +2,8 @@
 
 An audience costs CPU: hundreds of unscoped listeners are tens of megabytes a second of
 writes, and in the API's own event loop every start waited behind them. So `serve` (unless
-`MAJORDOMUS_LIVE_APART=0`) runs a second process, at a lower priority (`NICENESS`), that
-serves the live channels. A request for `GET /events` is taken as always by the API (its
+`MAJORDOMUS_LIVE_APART=0`) runs a second process, at the lowest priority
+(`delivery.lower_priority`), that serves the live channels. A request for `GET /events` is taken as always by the API (its
 token, its Host, its admission: `api.access`, `LiveChannel._admit`); then, instead of
 answering it, the API hands the connection's socket to the delivery process (`Handoff.hand`:
 the descriptor over a Unix socket, `SCM_RIGHTS`, with the request's method, path, query and
