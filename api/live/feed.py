@@ -61,6 +61,11 @@ TURN_BUDGET_SECONDS = 0.0005
 WRITE_BYTES = 32_768
 """The most an unscoped channel writes at once from the backlog (a slow client's server
 buffer holds about this beyond its high-water mark)."""
+PACE_SECONDS = 0.02
+"""While every listener of a process has entries still to send (slow clients, each behind
+the backlog's head), its reader reads at most this often: a read gets what came meanwhile
+in one call instead of one or two entries each, and a listener reaching the head wakes it
+at once (`FeedHub.hungry`). A read that fills a page is followed by the next at once."""
 REST_SECONDS = 2.0
 """How long the shared reader goes on reading after its last listener left, before it rests
 (a client that reconnects at once finds it still reading)."""
@@ -311,6 +316,8 @@ class Listener:
         self.sent: list[int] = []
         """An unscoped listener's next ordinal per partition: those below are sent (or were
         before its cursor)."""
+        self.hungry: Callable[[], None] | None = None
+        """An unscoped listener's hub's `hungry`: called as it waits with all sent."""
 
     @property
     def waiting(self) -> bool:
@@ -369,6 +376,8 @@ class Listener:
         something to do for its own loop meanwhile."""
         if self.items or self.behind or self.closing or (self.unread and not busy):
             return True
+        if self.hungry is not None and not self.unread:
+            self.hungry()
         # A bare future and a timer rather than `wait_for` on an `Event`: a fan-out wakes
         # every listener of an execution per event, and `wait_for` costs each a new task.
         # The timer outlives a wait that an entry ends, and is only set again when it would
@@ -448,6 +457,8 @@ class FeedHub:
         """Readers put to rest, until they have ended."""
         self._asking = 0
         """Callers waiting in `ready`: they keep the reader from resting, as listeners do."""
+        self._hunger = asyncio.Event()
+        """Set when someone waits for entries the backlog does not hold yet (`hungry`)."""
 
     # -- life --
 
@@ -558,6 +569,21 @@ class FeedHub:
                 # listener registering now is offered exactly the entries after `cursor`.
                 self.cursor = entries[-1].feed_id
                 self._dispatch(entries)
+            if len(entries) < FEED_PAGE and not self._anyone_hungry():
+                self._hunger.clear()
+                await within(PACE_SECONDS, self._hunger.wait())
+
+    def _anyone_hungry(self) -> bool:
+        """Does anyone wait for entries the backlog does not hold yet? Every scoped listener
+        and every caller of `ready` may; an unscoped one does once it has sent them all."""
+        if self.scoped or self._asking:
+            return True
+        head = self.backlog.head
+        return any(listener.next >= head for listener in self.unparked)
+
+    def hungry(self) -> None:
+        """Someone waits for entries the backlog does not hold yet: the reader reads now."""
+        self._hunger.set()
 
     def _answered(self, failures: Failures) -> None:
         if not self.healthy:
@@ -593,6 +619,8 @@ class FeedHub:
         """Its channel's write ended (or none goes on): rounds visit it again."""
         if listener in self.unscoped:
             self.unparked.add(listener)
+            if listener.next >= self.backlog.head:
+                self._hunger.set()
 
     def feed_soon(self) -> None:
         """A write to a slow client ended with more to send (`Passthrough.done`): a round
@@ -623,6 +651,8 @@ class FeedHub:
                 sends = listener.sends
                 if sends is not None and sends():
                     listener.fed()
+                    if listener.next >= head:
+                        self._hunger.set()
                 else:
                     listener.nudge()
             if time.perf_counter() - t0 > FEED_SLICE_SECONDS:
@@ -645,6 +675,7 @@ class FeedHub:
         listener = Listener(execution_id, self.buffer, self.cursor, wake)
         if execution_id is None:
             self.backlog.attach(listener)
+            listener.hungry = self.hungry
             self.unscoped.add(listener)
             self.unparked.add(listener)
         else:
@@ -652,6 +683,7 @@ class FeedHub:
         if self.closed:
             listener.close("server stopping")
         self._wanted()
+        self._hunger.set()
         return listener
 
     def unregister(self, listener: Listener) -> None:
@@ -673,6 +705,7 @@ class FeedHub:
         if self.started.is_set():
             return
         self._wanted()
+        self._hunger.set()
         self._asking += 1
         try:
             if not await within(HUB_START_WAIT, self.started.wait()):
