@@ -46,15 +46,16 @@ from majordomus.store.connect import api_client
 log = logging.getLogger("majordomus.live.delivery")
 
 NICENESS = 10
-"""What the delivery process adds to its niceness where there is no `SCHED_IDLE`.
+"""What the delivery process adds to its niceness.
 
 On Linux it runs under `SCHED_IDLE`: the kernel runs it only on a core nothing else wants,
 and takes the core back the moment the API, a worker or Redis wakes (under a mere niceness
 a woken task could still wait out the delivery's slice: the 500 slow listeners' start p99
 ratio was 1.87x, 2.46x, 2.41x niced against 1.78x, 1.50x, 1.09x idle, `bench/audience.py`).
 On a machine with no core to spare, listeners fall behind and are told exactly what they
-missed (`stream.lagged`); the work does not wait. `MAJORDOMUS_LIVE_APART=0` gives delivery
-the API's own priority instead."""
+missed (`stream.lagged`); the work does not wait. `MAJORDOMUS_LIVE_IDLE=0` keeps the
+niceness alone (listeners keep a share of a busy machine), `MAJORDOMUS_LIVE_APART=0` gives
+delivery the API's own priority."""
 WRITE_HIGH_WATER = 64 * 1024
 """A connection's send waits (the client is slow) past this much unsent: as uvicorn's."""
 REDIS_CONNECTIONS = 16
@@ -266,12 +267,12 @@ class Delivery:
             await self.engine.aclose()
 
 
-def lower_priority() -> None:
-    """Run after everything else on the machine: `SCHED_IDLE` where the kernel has it (Linux),
-    else `NICENESS` added."""
+def lower_priority(idle_policy: bool) -> None:
+    """Run after everything else on the machine: `NICENESS` added, and `SCHED_IDLE` where
+    the kernel has it (Linux) and `idle_policy` (`MAJORDOMUS_LIVE_IDLE`) asks for it."""
     with contextlib.suppress(OSError):
         os.nice(NICENESS)
-    idle = getattr(os, "SCHED_IDLE", None)
+    idle = getattr(os, "SCHED_IDLE", None) if idle_policy else None
     if idle is not None:
         with contextlib.suppress(OSError):
             os.sched_setscheduler(0, idle, os.sched_param(0))
@@ -286,7 +287,7 @@ def main(argv: list[str] | None = None) -> None:
     link = socket.socket(fileno=int(args[0]))
     settings = _settings_from(link)
     configure_from(settings)
-    lower_priority()
+    lower_priority(settings.live_idle)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's Ctrl-C is serve's to give
     run_on(choose(settings.fast_loop), Delivery(settings, link).run())
 

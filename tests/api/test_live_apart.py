@@ -191,6 +191,15 @@ def test_serve_stopping_ends_the_handed_channels_with_stream_closing(own_api: An
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_live_idle_off_keeps_the_delivery_process_niced_only(own_api: Any) -> None:
+    server: ApiProcess = own_api(MAJORDOMUS_LIVE_IDLE="0")
+    with server.client() as client:
+        child = psutil.Process(delivery_pid(client))
+        assert child.nice() >= psutil.Process(server.pid).nice() + 10
+        assert os.sched_getscheduler(child.pid) == os.SCHED_OTHER
+
+
 def test_live_apart_off_keeps_delivery_in_the_api(own_api: Any) -> None:
     server: ApiProcess = own_api(MAJORDOMUS_LIVE_APART="0")
     with server.client() as client:
