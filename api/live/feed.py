@@ -701,8 +701,9 @@ class FeedHub:
 
     async def ready(self) -> None:
         """Wait (bounded) until the reader has its cursor; `unavailable` if Redis is away.
-        What a listener registered before it returns is offered every entry after it."""
-        if self.started.is_set():
+        What a listener registered before it returns is offered every entry after it
+        (stopping, it returns at once: its listeners are told so)."""
+        if self.started.is_set() or self.closed:
             return
         self._wanted()
         self._hunger.set()
