@@ -73,7 +73,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     live_apart: bool = True
     """`serve` delivers the live channels (`/events`) from a process of its own, at a lower priority (`MAJORDOMUS_LIVE_IDLE`), so a large or slow audience never holds the API's requests (`api.live.apart`); `0`: the API delivers them itself. Connections over TLS or a Unix socket are delivered by the API."""
     live_idle: bool = True
-    """`serve`'s delivery process runs under Linux's `SCHED_IDLE`, only on a core nothing else wants, so the work never waits on an audience (its listeners, on a busy machine, fall behind and are told what they missed); `0`: niced +10 only, so listeners keep a share of a busy machine (their latency against the work's: `BENCHMARKS.md`, "A live audience, part five")."""
+    """`serve`'s delivery process runs under Linux's `SCHED_IDLE`, in a scheduling group of its own at niceness 19, only on a core nothing else wants, so the work never waits on an audience (its listeners, on a busy machine, fall behind and are told what they missed); `0`: niced +10 only, so listeners keep a share of a busy machine (their latency against the work's: `BENCHMARKS.md`, "A live audience, part five")."""
     heartbeat_seconds: float = 15.0
     """Seconds between comment heartbeats on a live channel."""
     mcp_call_seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 50.0

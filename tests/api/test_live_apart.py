@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -87,6 +88,10 @@ def test_a_channel_is_written_by_the_delivery_process_and_holds_what_the_store_h
     assert child.nice() >= psutil.Process(api.pid).nice() + 10  # the work comes first
     if hasattr(os, "SCHED_IDLE"):  # and on Linux, only on a core nothing else wants
         assert os.sched_getscheduler(child.pid) == os.SCHED_IDLE
+    group = Path(f"/proc/{pid}/autogroup")
+    if group.exists():  # in a scheduling group of its own, of the lowest weight
+        assert os.getsid(pid) == pid
+        assert group.read_text().split()[-1] == "19", group.read_text()
     snapshot = start(http, "executions.demonstrate", steps=4, delay_ms=100)
     received: list[Message] = []
     with http.stream(
@@ -198,6 +203,7 @@ def test_live_idle_off_keeps_the_delivery_process_niced_only(own_api: Any) -> No
         child = psutil.Process(delivery_pid(client))
         assert child.nice() >= psutil.Process(server.pid).nice() + 10
         assert os.sched_getscheduler(child.pid) == os.SCHED_OTHER
+        assert os.getsid(child.pid) == os.getsid(server.pid)  # in serve's group
 
 
 def test_live_apart_off_keeps_delivery_in_the_api(own_api: Any) -> None:
