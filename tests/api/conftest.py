@@ -9,6 +9,7 @@ their own `ApiProcess`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -332,3 +333,12 @@ def own_deployment(redis_url: str, prefix: str, **env: str) -> Iterator[tuple[Ap
         client.close()
         worker.stop()
         server.close()
+
+
+async def until(condition: Any, what: str) -> None:
+    """Within the event loop: wait (up to 5 s) for `condition()`, else fail saying `what`."""
+    for _ in range(500):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"never: {what}")

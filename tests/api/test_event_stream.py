@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from majordomus.api.live.sse import EventStream
+from tests.api.conftest import until
 
 
 class SlowClient:
@@ -172,14 +173,6 @@ class PausingClient:
         return [
             line[4:] for line in bytes(self.body).decode().splitlines() if line.startswith("id: ")
         ]
-
-
-async def until(condition: Any, what: str) -> None:
-    for _ in range(500):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never: {what}")
 
 
 async def test_a_slow_clients_channel_is_parked_while_its_write_goes_on_and_fed_when_it_ends(

@@ -15,6 +15,7 @@ from majordomus.api.live import feed as feed_module
 from majordomus.api.live.feed import FeedHub
 from majordomus.engine import Engine
 from majordomus.registry import REGISTRY
+from tests.api.conftest import until
 from tests.conftest import make_settings
 
 
@@ -29,14 +30,6 @@ class Counted:
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
         self.reads += 1
         return await self.plain(*args, **kwargs)
-
-
-async def until(condition: Any, what: str) -> None:
-    for _ in range(500):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"never: {what}")
 
 
 @pytest.fixture
